@@ -1,0 +1,183 @@
+-- otel.genai_calls: one normalized row per GenAI call span, filled on insert into otel.otel_traces by
+-- the materialized view below, so the embedded receiver and the OTel Collector feed it alike.
+--
+-- It holds keys, usage and fingerprints only: no prompt or response text is copied out of the span.
+-- `inserted_at` is the detector's watermark; the minmax index keeps "rows since the watermark" from
+-- scanning history (parts are written in insertion order, so each part covers a narrow range).
+CREATE TABLE IF NOT EXISTS otel.genai_calls (
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    ts DateTime64(9),
+    end_ts DateTime64(9),
+    trace_id String,
+    span_id String,
+    parent_span_id String,
+    session_id String,
+    session_source LowCardinality(String),
+    virtual_key String,
+    feature String,
+    service_name LowCardinality(String),
+    operation LowCardinality(String),
+    call_kind LowCardinality(String),
+    provider LowCardinality(String),
+    model LowCardinality(String),
+    agent_name String,
+    tool_name String,
+    tool_call_id String,
+    input_tokens UInt64,
+    output_tokens UInt64,
+    cost_usd Float64,
+    is_error UInt8,
+    error_type String,
+    finish_reasons Array(String),
+    has_content UInt8,
+    request_fp UInt64,
+    turn_fp UInt64,
+    input_simhash UInt64,
+    output_simhash UInt64,
+    tool_fp UInt64,
+    tool_shape_fp UInt64,
+    out_tool_names Array(String),
+    out_tool_fps Array(UInt64),
+    response_fp UInt64,
+    error_fp UInt64,
+    INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
+    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
+) ENGINE = MergeTree()
+PARTITION BY toDate(inserted_at)
+ORDER BY (session_id, ts, span_id);
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
+WITH
+    SpanAttributes AS a,
+    ResourceAttributes AS r,
+    -- operation: current semconv first, then OpenLLMetry, OpenInference and OpenLIT dialects
+    coalesce(
+        nullIf(a['gen_ai.operation.name'], ''),
+        multiIf(
+            a['llm.request.type'] IN ('chat', 'completion'), if(a['llm.request.type'] = 'chat', 'chat', 'text_completion'),
+            a['openinference.span.kind'] = 'LLM', 'chat',
+            a['openinference.span.kind'] = 'TOOL', 'execute_tool',
+            a['openinference.span.kind'] = 'AGENT', 'invoke_agent',
+            a['openinference.span.kind'] = 'EMBEDDING', 'embeddings',
+            a['traceloop.span.kind'] = 'tool', 'execute_tool',
+            a['traceloop.span.kind'] = 'agent', 'invoke_agent',
+            NULL),
+        '') AS op,
+    -- message content, present only when the instrumentation captures it
+    a['gen_ai.input.messages'] AS in_msgs,
+    a['gen_ai.output.messages'] AS out_msgs,
+    arraySort(k -> toUInt32OrZero(extract(k, '^gen_ai\\.prompt\\.(\\d+)\\.content$')),
+        arrayFilter(k -> match(k, '^gen_ai\\.prompt\\.\\d+\\.content$'), mapKeys(a))) AS ol_prompt_keys,
+    arraySort(k -> toUInt32OrZero(extract(k, '^gen_ai\\.completion\\.(\\d+)\\.content$')),
+        arrayFilter(k -> match(k, '^gen_ai\\.completion\\.\\d+\\.content$'), mapKeys(a))) AS ol_completion_keys,
+    arraySort(k -> toUInt32OrZero(extract(k, '^llm\\.input_messages\\.(\\d+)\\.message\\.content$')),
+        arrayFilter(k -> match(k, '^llm\\.input_messages\\.\\d+\\.message\\.content$'), mapKeys(a))) AS oi_input_keys,
+    arraySort(k -> toUInt32OrZero(extract(k, '^llm\\.output_messages\\.(\\d+)\\.message\\.content$')),
+        arrayFilter(k -> match(k, '^llm\\.output_messages\\.\\d+\\.message\\.content$'), mapKeys(a))) AS oi_output_keys,
+    -- the whole input (request fingerprint) and the new content of this call (turn fingerprints)
+    multiIf(
+        in_msgs != '', in_msgs,
+        length(ol_prompt_keys) > 0, arrayStringConcat(arrayMap(k -> a[k], ol_prompt_keys), '\x1e'),
+        length(oi_input_keys) > 0, arrayStringConcat(arrayMap(k -> a[k], oi_input_keys), '\x1e'),
+        a['input.value']) AS whole_input,
+    multiIf(
+        in_msgs != '', arrayStringConcat(arrayMap(p -> JSONExtractString(p, 'content'),
+                JSONExtractArrayRaw(JSONExtractRaw(in_msgs, -1), 'parts')), ' ')
+            || JSONExtractString(JSONExtractRaw(in_msgs, -1), 'content'),
+        length(ol_prompt_keys) > 0, a[arrayElement(ol_prompt_keys, -1)],
+        length(oi_input_keys) > 0, a[arrayElement(oi_input_keys, -1)],
+        '') AS last_input,
+    multiIf(
+        out_msgs != '', arrayStringConcat(arrayMap(m -> arrayStringConcat(arrayMap(p -> JSONExtractString(p, 'content'),
+                JSONExtractArrayRaw(m, 'parts')), ' ') || JSONExtractString(m, 'content'), JSONExtractArrayRaw(out_msgs)), ' '),
+        length(ol_completion_keys) > 0, arrayStringConcat(arrayMap(k -> a[k], ol_completion_keys), ' '),
+        length(oi_output_keys) > 0, arrayStringConcat(arrayMap(k -> a[k], oi_output_keys), ' '),
+        a['output.value']) AS output_text,
+    (whole_input != '' OR output_text != '') AS content,
+    -- tool calls the model asked for, from the output messages: (name, canonical arguments)
+    arrayFilter(p -> JSONExtractString(p, 'type') = 'tool_call',
+        arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs)))) AS out_tool_parts,
+    arrayMap(p -> JSONExtractString(p, 'name'), out_tool_parts) AS out_tools,
+    arrayMap(p -> if(JSONType(p, 'arguments') = 'String', JSONExtractString(p, 'arguments'), JSONExtractRaw(p, 'arguments')),
+        out_tool_parts) AS out_tool_args,
+    -- execute_tool spans: tool name and argument values
+    coalesce(nullIf(a['gen_ai.tool.name'], ''), nullIf(a['tool.name'], ''), if(op = 'execute_tool', SpanName, '')) AS tool,
+    coalesce(nullIf(a['gen_ai.tool.call.arguments'], ''), nullIf(a['tool.parameters'], ''),
+        if(a['openinference.span.kind'] = 'TOOL', a['input.value'], ''), a['traceloop.entity.input']) AS tool_args,
+    -- usage, with deprecated and dialect names mapped onto the current ones
+    toUInt64OrZero(coalesce(nullIf(a['gen_ai.usage.input_tokens'], ''), nullIf(a['gen_ai.usage.prompt_tokens'], ''),
+        nullIf(a['llm.token_count.prompt'], ''), '0')) AS in_tok,
+    toUInt64OrZero(coalesce(nullIf(a['gen_ai.usage.output_tokens'], ''), nullIf(a['gen_ai.usage.completion_tokens'], ''),
+        nullIf(a['llm.token_count.completion'], ''), '0')) AS out_tok,
+    -- errors: span status (new and old spellings), error.type, or a recorded exception event
+    arrayElement(arrayMap(x -> x['exception.type'], arrayFilter((x, n) -> n = 'exception', Events.Attributes, Events.Name)), 1)
+        AS exc_type,
+    (StatusCode IN ('Error', 'STATUS_CODE_ERROR') OR a['error.type'] != '') AS err,
+    if(err, coalesce(nullIf(a['error.type'], ''), nullIf(exc_type, ''), '_OTHER'), '') AS err_type,
+    arrayFilter(x -> x != '', if(a['gen_ai.response.finish_reasons'] LIKE '[%',
+        JSONExtract(a['gen_ai.response.finish_reasons'], 'Array(String)'),
+        [a['gen_ai.response.finish_reasons'], a['gen_ai.completion.0.finish_reason']])) AS finish
+SELECT
+    Timestamp AS ts,
+    Timestamp + toIntervalNanosecond(Duration) AS end_ts,
+    TraceId AS trace_id,
+    SpanId AS span_id,
+    ParentSpanId AS parent_span_id,
+    multiIf(
+        a['gen_ai.conversation.id'] != '', a['gen_ai.conversation.id'],
+        a['session.id'] != '', a['session.id'],
+        a['traceloop.association.properties.session_id'] != '', a['traceloop.association.properties.session_id'],
+        a['langfuse.session.id'] != '', a['langfuse.session.id'],
+        a['loop_detector.session_id'] != '', a['loop_detector.session_id'],
+        r['gen_ai.conversation.id'] != '', r['gen_ai.conversation.id'],
+        r['session.id'] != '', r['session.id'],
+        TraceId) AS session_id,
+    multiIf(
+        a['gen_ai.conversation.id'] != '', 'gen_ai.conversation.id',
+        a['session.id'] != '', 'session.id',
+        a['traceloop.association.properties.session_id'] != '', 'traceloop.association.properties.session_id',
+        a['langfuse.session.id'] != '', 'langfuse.session.id',
+        a['loop_detector.session_id'] != '', 'loop_detector.session_id',
+        r['gen_ai.conversation.id'] != '', 'resource:gen_ai.conversation.id',
+        r['session.id'] != '', 'resource:session.id',
+        'trace') AS session_source,
+    coalesce(nullIf(a['loop_detector.virtual_key'], ''), nullIf(r['loop_detector.virtual_key'], ''),
+        nullIf(a['traceloop.association.properties.virtual_key'], ''), '') AS virtual_key,
+    coalesce(nullIf(a['loop_detector.feature'], ''), nullIf(r['loop_detector.feature'], ''),
+        nullIf(a['traceloop.association.properties.feature'], ''), '') AS feature,
+    ServiceName AS service_name,
+    op AS operation,
+    multiIf(op IN ('chat', 'text_completion', 'generate_content'), 'llm', op = 'execute_tool', 'tool',
+        op = 'invoke_agent', 'agent', op = 'embeddings', 'embeddings', 'other') AS call_kind,
+    coalesce(nullIf(a['gen_ai.provider.name'], ''), nullIf(a['gen_ai.system'], ''), nullIf(a['llm.provider'], ''),
+        nullIf(a['llm.system'], ''), '') AS provider,
+    coalesce(nullIf(a['gen_ai.response.model'], ''), nullIf(a['gen_ai.request.model'], ''),
+        nullIf(a['llm.model_name'], ''), '') AS model,
+    coalesce(nullIf(a['gen_ai.agent.name'], ''), '') AS agent_name,
+    tool AS tool_name,
+    coalesce(nullIf(a['gen_ai.tool.call.id'], ''), '') AS tool_call_id,
+    in_tok AS input_tokens,
+    out_tok AS output_tokens,
+    toFloat64OrZero(coalesce(nullIf(a['gen_ai.usage.cost'], ''), nullIf(a['llm.usage.cost'], ''), '0')) AS cost_usd,
+    err AS is_error,
+    err_type AS error_type,
+    finish AS finish_reasons,
+    content AS has_content,
+    if(whole_input != '', cityHash64(model, whole_input),
+        cityHash64(model, op, in_tok, tool, a['gen_ai.request.max_tokens'], a['gen_ai.request.temperature'])) AS request_fp,
+    if(content, cityHash64(last_input, output_text), 0) AS turn_fp,
+    if(last_input != '', wordShingleSimHashUTF8(last_input), 0) AS input_simhash,
+    if(output_text != '', wordShingleSimHashUTF8(output_text), 0) AS output_simhash,
+    if(tool != '', cityHash64(tool, arraySort(JSONExtractKeysAndValuesRaw(tool_args)),
+        if(JSONType(tool_args) = 'Object', '', tool_args)), 0) AS tool_fp,
+    if(tool != '', cityHash64(tool, arraySort(JSONExtractKeys(tool_args))), 0) AS tool_shape_fp,
+    out_tools AS out_tool_names,
+    arrayMap((n, x) -> cityHash64(n, arraySort(JSONExtractKeysAndValuesRaw(x)), if(JSONType(x) = 'Object', '', x)),
+        out_tools, out_tool_args) AS out_tool_fps,
+    cityHash64(finish, arrayMap(p -> JSONExtractString(p, 'type'),
+            arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs)))),
+        length(out_tools) > 0, toUInt32(round(log2(out_tok + 1) * 4))) AS response_fp,
+    if(err, cityHash64(err_type, replaceRegexpAll(StatusMessage, '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\\d+', '#')), 0) AS error_fp
+FROM otel.otel_traces
+WHERE op != '';

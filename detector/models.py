@@ -1,0 +1,134 @@
+"""Plain data the detection core works on: a stored GenAI call, and a scored turn.
+
+No I/O here. :class:`Call` mirrors one row of ``otel.genai_calls`` (see ``clickhouse/002_genai_calls.sql``);
+:class:`Turn` is what the scoring core sees: one LLM inference call plus the ``execute_tool`` spans of
+the same trace that are attributed to it, with its cost resolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+
+# The columns the detector reads from otel.genai_calls, in Call's field order.
+CALL_COLUMNS = (
+    "toUnixTimestamp64Nano(ts) AS ts_ns, toUnixTimestamp64Nano(end_ts) AS end_ns, "
+    "toUnixTimestamp64Micro(inserted_at) AS inserted_us, trace_id, span_id, parent_span_id, session_id, "
+    "session_source, virtual_key, feature, service_name, operation, call_kind, provider, model, agent_name, "
+    "tool_name, tool_call_id, input_tokens, output_tokens, cost_usd, is_error, error_type, finish_reasons, "
+    "has_content, request_fp, turn_fp, input_simhash, output_simhash, tool_fp, tool_shape_fp, out_tool_names, "
+    "out_tool_fps, response_fp, error_fp"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One GenAI span, normalized (a row of ``otel.genai_calls``)."""
+
+    ts_ns: int
+    trace_id: str
+    span_id: str
+    session_id: str
+    operation: str = "chat"
+    call_kind: str = "llm"
+    end_ns: int = 0
+    inserted_us: int = 0
+    parent_span_id: str = ""
+    session_source: str = "gen_ai.conversation.id"
+    virtual_key: str = ""
+    feature: str = ""
+    service_name: str = ""
+    provider: str = ""
+    model: str = ""
+    agent_name: str = ""
+    tool_name: str = ""
+    tool_call_id: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    is_error: bool = False
+    error_type: str = ""
+    finish_reasons: tuple[str, ...] = ()
+    has_content: bool = False
+    request_fp: int = 0
+    turn_fp: int = 0
+    input_simhash: int = 0
+    output_simhash: int = 0
+    tool_fp: int = 0
+    tool_shape_fp: int = 0
+    out_tool_names: tuple[str, ...] = ()
+    out_tool_fps: tuple[int, ...] = ()
+    response_fp: int = 0
+    error_fp: int = 0
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Call:
+        values = dict(row)
+        values["is_error"] = bool(values.get("is_error", 0))
+        values["has_content"] = bool(values.get("has_content", 0))
+        for name in ("finish_reasons", "out_tool_names", "out_tool_fps"):
+            values[name] = tuple(values.get(name) or ())
+        return cls(**values)
+
+    @property
+    def is_llm(self) -> bool:
+        return self.operation in LLM_OPERATIONS
+
+    @property
+    def is_tool(self) -> bool:
+        return self.operation == "execute_tool"
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(slots=True)
+class Turn:
+    """One scored LLM call, with the tool executions attributed to it and its cost resolved."""
+
+    call: Call
+    tools: list[Call] = field(default_factory=list)
+    cost_usd: float = 0.0
+
+    @property
+    def ts_ns(self) -> int:
+        return self.call.ts_ns
+
+    @property
+    def tokens(self) -> int:
+        return self.call.tokens
+
+    @property
+    def tool_fps(self) -> tuple[int, ...]:
+        """Fingerprints (name + argument values) of every tool call of this turn, in order, without repeats
+        of the same call seen both in the output messages and as an execute_tool span."""
+        seen: list[int] = list(self.call.out_tool_fps)
+        for tool in self.tools:
+            if tool.tool_fp and tool.tool_fp not in seen:
+                seen.append(tool.tool_fp)
+        return tuple(seen)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        names = list(self.call.out_tool_names)
+        for tool in self.tools:
+            if tool.tool_name and tool.tool_name not in names:
+                names.append(tool.tool_name)
+        return tuple(names)
+
+    @property
+    def tool_error_fps(self) -> tuple[int, ...]:
+        return tuple(t.error_fp for t in self.tools if t.is_error)
+
+    @property
+    def is_error(self) -> bool:
+        """The call itself failed, or one of its tools did."""
+        return self.call.is_error or any(t.is_error for t in self.tools)
+
+    @property
+    def error_fps(self) -> tuple[int, ...]:
+        fps = [self.call.error_fp] if self.call.is_error else []
+        return tuple(fps) + self.tool_error_fps
