@@ -103,21 +103,21 @@ class Turn:
 
     @property
     def tool_fps(self) -> tuple[int, ...]:
-        """Fingerprints (name + argument values) of every tool call of this turn, in order, without repeats
-        of the same call seen both in the output messages and as an execute_tool span."""
-        seen: list[int] = list(self.call.out_tool_fps)
-        for tool in self.tools:
-            if tool.tool_fp and tool.tool_fp not in seen:
-                seen.append(tool.tool_fp)
-        return tuple(seen)
+        """Fingerprints (name + argument values) of this turn's own tool calls, in order.
+
+        With content capture on they come from the call's output messages (the calls it asked for);
+        without it, from the execute_tool spans attributed to the turn (those run since the trace's
+        previous LLM call). Never both, so a healthy run's consecutive steps do not overlap.
+        """
+        if self.call.out_tool_fps:
+            return self.call.out_tool_fps
+        return tuple(t.tool_fp for t in self.tools if t.tool_fp)
 
     @property
     def tool_names(self) -> tuple[str, ...]:
-        names = list(self.call.out_tool_names)
-        for tool in self.tools:
-            if tool.tool_name and tool.tool_name not in names:
-                names.append(tool.tool_name)
-        return tuple(names)
+        if self.call.out_tool_names:
+            return self.call.out_tool_names
+        return tuple(t.tool_name for t in self.tools if t.tool_name)
 
     @property
     def tool_error_fps(self) -> tuple[int, ...]:
