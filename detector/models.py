@@ -7,6 +7,7 @@ the same trace that are attributed to it, with its cost resolved.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,3 +133,9 @@ class Turn:
     def error_fps(self) -> tuple[int, ...]:
         fps = [self.call.error_fp] if self.call.is_error else []
         return tuple(fps) + self.tool_error_fps
+
+
+def ns_to_ch(ns: int) -> str:
+    """Unix nanoseconds as a ClickHouse DateTime64(9) literal in UTC ('YYYY-MM-DD HH:MM:SS.nnnnnnnnn')."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{frac:09d}"

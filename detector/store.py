@@ -61,6 +61,25 @@ def insert_rows(store: Store, table: str, rows: Iterable[Mapping[str, Any]]) -> 
     return payload.count(b"\n") + 1
 
 
+def _quote(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):
+        inner = ",".join(_quote(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def chdb_param(value: Any) -> Any:
+    """A query parameter in the text form ClickHouse parses (chDB passes strings through as they are,
+    so arrays and tuples must be spelled as quoted literals)."""
+    if isinstance(value, (list, tuple)):
+        return _quote(value)
+    return value
+
+
 def _parse_json_lines(data: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.splitlines() if line]
 
@@ -84,7 +103,9 @@ class ChdbStore:
     def _query(self, sql: str, fmt: str, params: Mapping[str, Any] | None) -> bytes:
         with self._lock:
             try:
-                result = self._session.query(sql, fmt, params=dict(params) if params else None)
+                result = self._session.query(
+                    sql, fmt, params={k: chdb_param(v) for k, v in params.items()} if params else None
+                )
             except Exception as exc:
                 raise StoreError(str(exc)) from exc
         return result.bytes()

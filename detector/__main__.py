@@ -1,0 +1,3 @@
+from detector.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""The ``loop-detector`` command line: serve, demo, check-config, and the operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from detector.config import ConfigError, load_config
+
+DEFAULT_DATA_DIR = ".loop-detector"
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from detector.logs import configure_logging
+    from detector.server import Service
+
+    configure_logging(args.log_level)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
+        return 2
+    if args.shard:
+        config.detector.shard = args.shard
+    service = Service(config, args.data_dir, config_path=args.config)
+    print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
+          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}", file=sys.stderr)
+    try:
+        asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        load_config(args.file)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.file}: OK")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from detector.demo import run_demo
+
+    return run_demo(endpoint=args.endpoint, otlp_endpoint=args.otlp_endpoint, calls=args.calls,
+                    color=not args.no_color)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loop-detector", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the OTLP receiver, the detector and the API in one process")
+    serve.add_argument("--config", help="YAML config file (defaults apply without one)")
+    serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded store directory (default %(default)s)")
+    serve.add_argument("--otlp-port", type=int, default=4318)
+    serve.add_argument("--api-port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
+    serve.add_argument("--log-level", default="INFO")
+    serve.set_defaults(func=_cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a config file, listing every error")
+    check.add_argument("file")
+    check.set_defaults(func=_cmd_check_config)
+
+    demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")
+    demo.add_argument("--endpoint", help="API of a running service (default: start one in-process)")
+    demo.add_argument("--otlp-endpoint", help="OTLP/HTTP endpoint of that service (default: same host, :4318)")
+    demo.add_argument("--calls", type=int, default=14)
+    demo.add_argument("--no-color", action="store_true")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,498 @@
+"""The detection engine: per-scope state, and one call at a time through every detector.
+
+No I/O. The scheduled job (``detector.job``) reads new calls from ClickHouse, hands them to
+:meth:`Engine.process` in span-time order, and writes back what it returns. Because every call is
+scored on its own against the state left by the previous one, results do not depend on how calls
+were batched into detection cycles.
+
+Per LLM call (a :class:`~detector.models.Turn`, with the trace's execute_tool spans since its previous
+LLM call attributed to it):
+
+* session and trace scope: seven signals -> weighted confidence -> EMA -> escalation state machine;
+* trace scope: the rule detectors exact_prompt_repeat, trace_cap, failure_loop;
+* key scope: the velocity circuit breaker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from detector.config import SIGNAL_NAMES, AppConfig, LoopDetectionConfig, Rule
+from detector.decisions import REASON_LOOP, Decision, strongest
+from detector.escalation import LEVEL_ACTION, Escalation, break_instruction
+from detector.models import Call, Turn, ns_to_ch
+from detector.rules import (
+    ExactRepeatParams,
+    FailureLoopParams,
+    FailureStreak,
+    TraceCapParams,
+    VelocityParams,
+    VelocityState,
+    failure_loop_tripped,
+    find_repeat_cycle,
+    trace_cap_exceeded,
+)
+from detector.scoring import dominant_signal, ema, weighted_confidence
+from detector.signals import compute_signals
+
+REQUEST_FP_WINDOW = 100  # the largest exact_prompt_repeat window allowed
+
+# Call fields worth keeping in a persisted history (the rest are ids and keys the scope already has).
+_COMPACT_SKIP = {"trace_id", "span_id", "parent_span_id", "session_id", "session_source", "virtual_key", "feature",
+                 "service_name", "agent_name", "tool_call_id", "inserted_us", "provider"}
+_CALL_DEFAULTS = {f.name: f.default for f in fields(Call)}
+
+
+def call_to_compact(call: Call) -> dict[str, Any]:
+    return {k: v for k, v in asdict(call).items() if k not in _COMPACT_SKIP and v != _CALL_DEFAULTS.get(k)}
+
+
+def call_from_compact(data: dict[str, Any]) -> Call:
+    values = {"trace_id": "", "span_id": "", "session_id": "", **data}
+    for name in ("finish_reasons", "out_tool_names", "out_tool_fps"):
+        if name in values:
+            values[name] = tuple(values[name])
+    return Call(**values)
+
+
+def turn_to_compact(turn: Turn) -> dict[str, Any]:
+    return {"c": call_to_compact(turn.call), "t": [call_to_compact(t) for t in turn.tools], "usd": turn.cost_usd}
+
+
+def turn_from_compact(data: dict[str, Any]) -> Turn:
+    return Turn(call_from_compact(data["c"]), [call_from_compact(t) for t in data["t"]], float(data["usd"]))
+
+
+@dataclass(slots=True)
+class RuleTrip:
+    """A rule currently tripped on a scope."""
+
+    rule: str
+    detector: str
+    action: str
+    mode: str
+    since_ns: int
+    detail: str = ""
+    expires_ns: int = 0
+
+
+@dataclass(slots=True)
+class ScopeState:
+    """Everything the engine remembers about one scope (a session, a trace, a key or a feature)."""
+
+    scope: str
+    scope_id: str
+    session_id: str = ""
+    virtual_key: str = ""
+    feature: str = ""
+    escalation: Escalation = field(default_factory=Escalation)
+    ema: float | None = None
+    peak: float = 0.0
+    dominant: str = "none"
+    signals: dict[str, float] = field(default_factory=dict)
+    history: deque[Turn] = field(default_factory=deque)
+    request_fps: deque[int] = field(default_factory=lambda: deque(maxlen=REQUEST_FP_WINDOW))
+    calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    first_ns: int = 0
+    last_ns: int = 0
+    last_seen_us: int = 0
+    failure: FailureStreak = field(default_factory=FailureStreak)
+    trips: dict[str, RuleTrip] = field(default_factory=dict)
+    velocity: dict[str, VelocityState] = field(default_factory=dict)
+    instruction: str = ""
+    pending_tools: list[Call] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> float:
+        return self.ema or 0.0
+
+    @property
+    def level(self) -> str:
+        return self.escalation.level_name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "escalation": self.escalation.to_dict(),
+            "ema": self.ema,
+            "peak": self.peak,
+            "dominant": self.dominant,
+            "signals": self.signals,
+            "history": [turn_to_compact(t) for t in self.history],
+            "request_fps": list(self.request_fps),
+            "failure": self.failure.to_dict(),
+            "trips": {k: asdict(v) for k, v in self.trips.items()},
+            "velocity": {k: v.to_dict() for k, v in self.velocity.items()},
+            "instruction": self.instruction,
+            "pending_tools": [call_to_compact(c) for c in self.pending_tools],
+            "last_seen_us": self.last_seen_us,
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], history_depth: int) -> ScopeState:
+        import orjson
+
+        data = orjson.loads(row["state"]) if row.get("state") else {}
+        state = cls(
+            scope=row["scope"],
+            scope_id=row["scope_id"],
+            session_id=row.get("session_id", ""),
+            virtual_key=row.get("virtual_key", ""),
+            calls=int(row.get("call_count", 0)),
+            tokens=int(row.get("total_tokens", 0)),
+            cost_usd=float(row.get("cost_usd", 0.0)),
+            first_ns=int(row.get("first_ns", 0)),
+            last_ns=int(row.get("last_ns", 0)),
+        )
+        if not data:
+            return state
+        state.escalation = Escalation.from_dict(data["escalation"])
+        state.ema = data["ema"]
+        state.peak = data["peak"]
+        state.dominant = data["dominant"]
+        state.signals = data["signals"]
+        state.history = deque((turn_from_compact(t) for t in data["history"]), maxlen=history_depth)
+        state.request_fps = deque(data["request_fps"], maxlen=REQUEST_FP_WINDOW)
+        state.failure = FailureStreak.from_dict(data["failure"])
+        state.trips = {k: RuleTrip(**v) for k, v in data["trips"].items()}
+        state.velocity = {k: VelocityState.from_dict(v) for k, v in data["velocity"].items()}
+        state.instruction = data["instruction"]
+        state.pending_tools = [call_from_compact(c) for c in data["pending_tools"]]
+        state.last_seen_us = int(data.get("last_seen_us", 0))
+        return state
+
+    def to_row(self, version: int) -> dict[str, Any]:
+        import orjson
+
+        return {
+            "scope": self.scope,
+            "scope_id": self.scope_id,
+            "session_id": self.session_id,
+            "virtual_key": self.virtual_key,
+            "level": self.level,
+            "confidence": self.confidence,
+            "peak_confidence": self.peak,
+            "dominant_signal": self.dominant,
+            "call_count": self.calls,
+            "total_tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "first_seen": ns_to_ch(self.first_ns),
+            "last_activity": ns_to_ch(self.last_ns),
+            "state": orjson.dumps(self.to_json()).decode(),
+            "version": version,
+        }
+
+
+@dataclass(slots=True)
+class CycleOutput:
+    """What one batch of calls produced, for the job to write."""
+
+    scores: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    dirty: dict[tuple[str, str], ScopeState] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    calls_scored: int = 0
+
+
+def resolve_cost(call: Call, config: AppConfig) -> float:
+    """The span's own cost attribute when it has one, else the configured price table (exact model name,
+    then the longest configured prefix, e.g. ``gpt-4o`` for ``gpt-4o-2024-08-06``)."""
+    if call.cost_usd > 0:
+        return call.cost_usd
+    price = config.prices.get(call.model)
+    if price is None and call.model:
+        prefixes = [m for m in config.prices if call.model.startswith(m)]
+        if prefixes:
+            price = config.prices[max(prefixes, key=len)]
+    if price is None:
+        return 0.0
+    return (call.input_tokens * price.input_per_million + call.output_tokens * price.output_per_million) / 1e6
+
+
+class Engine:
+    """Scope states in memory plus the per-call pipeline. Not thread-safe: one job drives it."""
+
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.states: dict[tuple[str, str], ScopeState] = {}
+        self.trace_sessions: dict[str, str] = {}
+        self._key_cfg: dict[str, LoopDetectionConfig] = {}
+
+    # -- configuration -------------------------------------------------------------------------
+    def reconfigure(self, config: AppConfig) -> None:
+        """Apply a new config; as specified, session state is cleared (circuit-breaker reset semantics)."""
+        self.config = config
+        self._key_cfg.clear()
+        self.states.clear()
+        self.trace_sessions.clear()
+
+    def cfg_for(self, virtual_key: str) -> LoopDetectionConfig:
+        cfg = self._key_cfg.get(virtual_key)
+        if cfg is None:
+            cfg = self.config.for_key(virtual_key)
+            self._key_cfg[virtual_key] = cfg
+        return cfg
+
+    # -- state -----------------------------------------------------------------------------------
+    def state(self, scope: str, scope_id: str, out: CycleOutput | None = None) -> ScopeState:
+        key = (scope, scope_id)
+        st = self.states.get(key)
+        if st is None:
+            depth = self.config.loop_detection.history_depth
+            st = ScopeState(scope=scope, scope_id=scope_id, history=deque(maxlen=depth))
+            self.states[key] = st
+        if out is not None:
+            out.dirty[key] = st
+        return st
+
+    def adopt(self, states: Iterable[ScopeState]) -> None:
+        """Take states loaded from the store (restart, or a scope this process has not seen yet)."""
+        for st in states:
+            self.states.setdefault((st.scope, st.scope_id), st)
+
+    def needed_scopes(self, calls: Sequence[Call]) -> set[tuple[str, str]]:
+        """Scopes a batch touches that are not in memory (the job loads them before processing)."""
+        wanted: set[tuple[str, str]] = set()
+        for c in calls:
+            wanted.add(("trace", c.trace_id))
+            if c.is_llm:
+                wanted.add(("session", c.session_id))
+                if c.virtual_key:
+                    wanted.add(("key", c.virtual_key))
+        return {k for k in wanted if k not in self.states}
+
+    # -- the pipeline ----------------------------------------------------------------------------
+    def process(self, calls: Iterable[Call], now_us: int | None = None) -> CycleOutput:
+        """Score a batch of calls, in span-time order; returns rows, events and changed decisions."""
+        now_us = now_us if now_us is not None else int(time.time() * 1e6)
+        out = CycleOutput()
+        for call in sorted(calls, key=lambda c: (c.ts_ns, c.span_id)):
+            self.process_call(call, out, now_us)
+        out.decisions = [self.decision_for(st) for st in out.dirty.values()]
+        return out
+
+    def process_call(self, call: Call, out: CycleOutput, now_us: int) -> None:
+        if call.session_source != "trace" and call.session_id:
+            self.trace_sessions.setdefault(call.trace_id, call.session_id)
+        trace = self.state("trace", call.trace_id, out)
+        trace.last_seen_us = now_us
+        if call.is_tool:
+            trace.pending_tools.append(call)
+            return
+        if not call.is_llm:
+            return
+
+        session_id = call.session_id
+        if call.session_source == "trace":
+            session_id = self.trace_sessions.get(call.trace_id, call.session_id)
+        turn = Turn(call=call, tools=trace.pending_tools, cost_usd=resolve_cost(call, self.config))
+        trace.pending_tools = []
+        cfg = self.cfg_for(call.virtual_key)
+        session = self.state("session", session_id, out)
+
+        for st in (session, trace):
+            st.session_id = session_id
+            st.virtual_key = call.virtual_key or st.virtual_key
+            st.feature = call.feature or st.feature
+            st.last_seen_us = now_us
+            self._score(st, turn, cfg, out)
+
+        trace.request_fps.append(call.request_fp)
+        trace.failure.update(turn)
+        for rule in self.config.rules:
+            if rule.enabled:
+                self._evaluate_rule(rule, trace, session, turn, out)
+        out.calls_scored += 1
+
+    def _score(self, st: ScopeState, turn: Turn, cfg: LoopDetectionConfig, out: CycleOutput) -> None:
+        if st.history.maxlen != cfg.history_depth:
+            st.history = deque(st.history, maxlen=cfg.history_depth)
+        signals = compute_signals(list(st.history), turn, cfg)
+        raw = weighted_confidence(signals, cfg.weights)
+        st.ema = ema(st.ema, raw, cfg.ema_alpha)
+        st.peak = max(st.peak, st.ema)
+        st.dominant = dominant_signal(signals, cfg.weights)
+        st.signals = signals.as_dict()
+        transition = st.escalation.step(st.ema, cfg)
+        st.history.append(turn)
+        st.calls += 1
+        st.tokens += turn.tokens
+        st.cost_usd += turn.cost_usd
+        st.first_ns = st.first_ns or turn.ts_ns
+        st.last_ns = max(st.last_ns, turn.ts_ns)
+        call = turn.call
+        out.scores.append({
+            "ts": ns_to_ch(call.ts_ns),
+            "scope": st.scope,
+            "scope_id": st.scope_id,
+            "session_id": st.session_id,
+            "trace_id": call.trace_id,
+            "span_id": call.span_id,
+            "virtual_key": call.virtual_key,
+            "feature": call.feature,
+            **st.signals,
+            "raw_confidence": raw,
+            "confidence": st.ema,
+            "level": st.level,
+            "dominant_signal": st.dominant,
+            "tokens": turn.tokens,
+            "cost_usd": turn.cost_usd,
+        })
+        if transition is None:
+            return
+        if transition.to_level == "inject" and transition.up:
+            st.instruction = break_instruction(cfg, st.dominant, turn.tool_names)
+        out.events.append(self._event(
+            st, turn, kind="escalation", detector="confidence", action=LEVEL_ACTION[transition.to_level],
+            from_level=transition.from_level, to_level=transition.to_level, consecutive=transition.consecutive,
+        ))
+
+    def _evaluate_rule(self, rule: Rule, trace: ScopeState, session: ScopeState, turn: Turn, out: CycleOutput) -> None:
+        target = trace
+        detail = ""
+        expires_ns = 0
+        if rule.detector == "exact_prompt_repeat":
+            match = find_repeat_cycle(list(trace.request_fps), ExactRepeatParams(**rule.params))
+            tripped = match is not None
+            if match:
+                detail = f"cycle of {match[0]} call(s) repeated {match[1]} times"
+        elif rule.detector == "trace_cap":
+            params = TraceCapParams(**rule.params)
+            tripped = trace_cap_exceeded(trace.calls, trace.cost_usd, trace.tokens, params)
+            if tripped:
+                detail = f"{params.unit} cap {params.threshold:g} reached"
+        elif rule.detector == "failure_loop":
+            kind = failure_loop_tripped(trace.failure.streaks(), FailureLoopParams(**rule.params))
+            tripped = kind is not None
+            detail = kind or ""
+        elif rule.detector == "velocity":
+            if not turn.call.virtual_key:
+                return
+            target = self.state("key", turn.call.virtual_key, out)
+            target.virtual_key = turn.call.virtual_key
+            target.last_seen_us = trace.last_seen_us
+            target.calls += 1
+            target.tokens += turn.tokens
+            target.last_ns = max(target.last_ns, turn.ts_ns)
+            target.first_ns = target.first_ns or turn.ts_ns
+            vstate = target.velocity.setdefault(rule.name, VelocityState())
+            override = self.config.virtual_keys.get(turn.call.virtual_key)
+            tripped = vstate.update(turn.ts_ns, turn.tokens, VelocityParams(**rule.params),
+                                    override.tpm_limit if override else None)
+            expires_ns = turn.ts_ns + 60 * 10**9
+            if tripped:
+                detail = "tokens per minute over the key's limit"
+        else:  # pragma: no cover - config validation forbids it
+            return
+
+        current = target.trips.get(rule.name)
+        sticky = rule.action == "block" and rule.mode == "enforce" and rule.detector != "velocity"
+        if tripped and current is None:
+            target.trips[rule.name] = RuleTrip(rule.name, rule.detector, rule.action, rule.mode, turn.ts_ns, detail,
+                                               expires_ns)
+            out.events.append(self._event(
+                target, turn, kind="rule", detector=rule.detector, action=rule.action, mode=rule.mode,
+                rule_name=rule.name, from_level=target.level, to_level=target.level, message=detail,
+            ))
+        elif tripped and current is not None:
+            current.expires_ns = expires_ns
+        elif not tripped and current is not None and not sticky:
+            del target.trips[rule.name]
+            out.events.append(self._event(
+                target, turn, kind="rule_clear", detector=rule.detector, action="allow", mode=rule.mode,
+                rule_name=rule.name, from_level=target.level, to_level=target.level, message="condition cleared",
+            ))
+        out.dirty[(target.scope, target.scope_id)] = target
+
+    def _event(self, st: ScopeState, turn: Turn, *, kind: str, detector: str, action: str, from_level: str,
+               to_level: str, mode: str = "enforce", rule_name: str = "", consecutive: int = 0,
+               message: str = "") -> dict[str, Any]:
+        call = turn.call
+        return {
+            "ts": ns_to_ch(call.ts_ns),
+            "kind": kind,
+            "scope": st.scope,
+            "scope_id": st.scope_id,
+            "session_id": st.session_id,
+            "trace_id": call.trace_id,
+            "span_id": call.span_id,
+            "virtual_key": call.virtual_key,
+            "feature": call.feature,
+            "detector": detector,
+            "rule_name": rule_name,
+            "action": action,
+            "mode": mode,
+            "from_level": from_level,
+            "to_level": to_level,
+            "confidence": st.confidence,
+            "signals": {name: st.signals.get(name, 0.0) for name in SIGNAL_NAMES},
+            "dominant_signal": st.dominant,
+            "consecutive": consecutive,
+            "message": message,
+        }
+
+    # -- decisions -------------------------------------------------------------------------------
+    def decision_for(self, st: ScopeState) -> Decision:
+        """The scope's decision: its escalation level, strengthened by any rule tripped on it."""
+        cfg = self.cfg_for(st.virtual_key)
+        action = LEVEL_ACTION[st.level]
+        base = Decision(
+            scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action=action, level=st.level,
+            confidence=round(st.confidence, 6), dominant_signal=st.dominant,
+            detector="confidence" if action != "allow" else "none",
+            reason=REASON_LOOP if action == "block" else "",
+            delay_seconds=float(cfg.throttle_delay_seconds) if action == "throttle" else 0.0,
+            instruction=st.instruction if action == "inject" else "",
+        )
+        candidates = [base]
+        for trip in st.trips.values():
+            if trip.mode == "dry_run":
+                continue
+            candidates.append(Decision(
+                scope=st.scope, scope_id=st.scope_id, session_id=st.session_id,
+                action="block" if trip.action == "block" else "warn", level=st.level,
+                confidence=round(st.confidence, 6), dominant_signal=st.dominant, detector=trip.detector,
+                reason=trip.detector if trip.action == "block" else "", rule_name=trip.rule,
+                expires_at_us=trip.expires_ns // 1000 if trip.expires_ns else 0,
+            ))
+        best = strongest(candidates)
+        assert best is not None
+        return best
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def reset(self, scope: str, scope_id: str) -> ScopeState:
+        """Fresh state for a scope (the admin reset): the scope still exists, its history is gone."""
+        old = self.states.get((scope, scope_id))
+        depth = self.config.loop_detection.history_depth
+        st = ScopeState(scope=scope, scope_id=scope_id, history=deque(maxlen=depth))
+        if old is not None:
+            st.session_id, st.virtual_key, st.feature = old.session_id, old.virtual_key, old.feature
+            st.last_seen_us = old.last_seen_us
+        self.states[(scope, scope_id)] = st
+        return st
+
+    def evict(self, now_us: int) -> list[ScopeState]:
+        """Drop sessions idle past ``session_timeout_minutes`` (with their traces), then the least recently
+        active sessions beyond ``max_sessions``. Returns what was dropped."""
+        cfg = self.config.loop_detection
+        cutoff = now_us - cfg.session_timeout_minutes * 60 * 10**6
+        sessions = sorted((st for st in self.states.values() if st.scope == "session"), key=lambda s: s.last_seen_us)
+        drop = [st for st in sessions if st.last_seen_us < cutoff]
+        live = [st for st in sessions if st.last_seen_us >= cutoff]
+        if len(live) > cfg.max_sessions:
+            drop.extend(live[: len(live) - cfg.max_sessions])
+        dropped_ids = {st.scope_id for st in drop}
+        removed: list[ScopeState] = []
+        for key, st in list(self.states.items()):
+            if (st.scope == "session" and st.scope_id in dropped_ids) or (
+                st.scope == "trace" and (st.session_id in dropped_ids or (not st.session_id and st.last_seen_us < cutoff))
+            ) or (st.scope in ("key", "feature") and st.last_seen_us < cutoff):
+                removed.append(self.states.pop(key))
+        for trace_id in [t for t, s in self.trace_sessions.items() if s in dropped_ids]:
+            del self.trace_sessions[trace_id]
+        return removed

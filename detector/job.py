@@ -1,0 +1,221 @@
+"""The scheduled detection job: the imperative shell around :class:`detector.engine.Engine`.
+
+Each cycle:
+
+1. windowed SQL: the calls inserted since the watermark (``inserted_at``), never older history;
+   scopes the engine does not hold in memory are loaded once from ``otel.loop_state``;
+2. the engine scores them call by call in span-time order;
+3. scores, events, state, decisions and the new watermark are written back, and the in-memory
+   :class:`~detector.decisions.DecisionBook` the API reads is updated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from detector.config import AppConfig
+from detector.decisions import Decision, DecisionBook
+from detector.engine import CycleOutput, Engine, ScopeState
+from detector.models import CALL_COLUMNS, Call
+from detector.store import Store, insert_rows
+
+log = logging.getLogger("loop_detector.detector")
+
+# Calls inserted in (watermark, cutoff], owned by this shard. execute_tool spans usually carry no
+# session attribute (their session is their trace), so every shard reads them and attaches them to
+# the traces it owns.
+SELECT_NEW_CALLS = f"""
+SELECT {CALL_COLUMNS}
+FROM otel.genai_calls
+WHERE inserted_at > fromUnixTimestamp64Micro({{watermark:Int64}})
+  AND inserted_at <= fromUnixTimestamp64Micro({{cutoff:Int64}})
+  AND (call_kind = 'tool' OR cityHash64(session_id) % {{shards:UInt32}} = {{shard:UInt32}})
+"""
+
+SELECT_NOW_US = "SELECT toUnixTimestamp64Micro(now64(6)) AS now_us"
+
+SELECT_STATES = """
+SELECT scope, scope_id, session_id, virtual_key, call_count, total_tokens, cost_usd,
+       toUnixTimestamp64Nano(first_seen) AS first_ns, toUnixTimestamp64Nano(last_activity) AS last_ns, state
+FROM otel.loop_state FINAL
+WHERE scope = {scope:String} AND scope_id IN {ids:Array(String)} AND deleted = 0
+"""
+
+SELECT_DECISIONS = """
+SELECT scope, scope_id, action, level, confidence, dominant_signal, detector, reason, rule_name, delay_seconds,
+       instruction, toUnixTimestamp64Micro(expires_at) AS expires_us
+FROM otel.loop_decisions FINAL
+WHERE action != 'allow' OR level != 'none'
+"""
+
+SELECT_META = "SELECT value FROM otel.loop_meta FINAL WHERE key = {key:String}"
+
+
+@dataclass(slots=True)
+class CycleStats:
+    calls_read: int = 0
+    calls_scored: int = 0
+    events: int = 0
+    seconds: float = 0.0
+    watermark_us: int = 0
+    lag_seconds: float = 0.0
+
+
+class Versioner:
+    """Strictly increasing versions for ReplacingMergeTree rows (microseconds, bumped on collision)."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, time.time_ns() // 1000)
+            return self._last
+
+
+class DetectorJob:
+    """Owns the engine, the watermark and the writes. ``lock`` serialises cycles and admin actions."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: AppConfig,
+        book: DecisionBook,
+        on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.book = book
+        self.engine = Engine(config)
+        self.lock = threading.RLock()
+        self.version = Versioner()
+        self.on_events = on_events
+        self.watermark_us = 0
+        self.evicted_total = 0
+        self.last_stats = CycleStats()
+        self.cycles = 0
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        return self.config.detector.shard_index, self.config.detector.shard_count
+
+    @property
+    def _watermark_key(self) -> str:
+        index, count = self.shard
+        return f"watermark:{index}/{count}"
+
+    def load(self) -> None:
+        """Resume after a restart: the watermark and the current decisions."""
+        rows = self.store.rows(SELECT_META, {"key": self._watermark_key})
+        self.watermark_us = int(rows[0]["value"]) if rows else 0
+        decisions = [Decision.from_row(r) for r in self.store.rows(SELECT_DECISIONS)]
+        self.book.put(decisions)
+        log.info("detector resumed", extra={"watermark_us": self.watermark_us, "decisions": len(decisions)})
+
+    # -- one cycle ------------------------------------------------------------------------------
+    def run_cycle(self) -> CycleStats:
+        with self.lock:
+            return self._run_cycle()
+
+    def _run_cycle(self) -> CycleStats:
+        started = time.perf_counter()
+        now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
+        cutoff = now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
+        if cutoff <= self.watermark_us:
+            return CycleStats(watermark_us=self.watermark_us)
+        index, count = self.shard
+        rows = self.store.rows(
+            SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
+        )
+        calls = [Call.from_row(r) for r in rows]
+        self._load_missing(calls)
+        out = self.engine.process(calls, now_us=now_us)
+        self._write(out)
+        self.watermark_us = cutoff
+        insert_rows(self.store, "otel.loop_meta",
+                    [{"key": self._watermark_key, "value": str(cutoff), "version": self.version()}])
+        self.book.put(out.decisions)
+        if out.events and self.on_events is not None:
+            self.on_events(out.events)
+        newest = max((c.inserted_us for c in calls), default=cutoff)
+        stats = CycleStats(
+            calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
+            seconds=time.perf_counter() - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
+        )
+        self.last_stats = stats
+        self.cycles += 1
+        return stats
+
+    def _load_missing(self, calls: list[Call]) -> None:
+        by_scope: dict[str, list[str]] = defaultdict(list)
+        for scope, scope_id in self.engine.needed_scopes(calls):
+            by_scope[scope].append(scope_id)
+        depth = self.config.loop_detection.history_depth
+        for scope, ids in by_scope.items():
+            rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": ids})
+            self.engine.adopt(ScopeState.from_row(r, depth) for r in rows)
+
+    def _write(self, out: CycleOutput) -> None:
+        insert_rows(self.store, "otel.loop_scores", out.scores)
+        insert_rows(self.store, "otel.loop_events", out.events)
+        version = self.version()
+        insert_rows(self.store, "otel.loop_state", (st.to_row(version) for st in out.dirty.values()))
+        insert_rows(self.store, "otel.loop_decisions", (d.to_row(version) for d in out.decisions))
+
+    # -- lifecycle and admin --------------------------------------------------------------------
+    def evict(self) -> int:
+        """Expire idle sessions and cap tracked sessions (the eviction job)."""
+        with self.lock:
+            now_us = int(time.time() * 1e6)
+            removed = self.engine.evict(now_us)
+            if not removed:
+                return 0
+            version = self.version()
+            rows = []
+            for st in removed:
+                row = st.to_row(version)
+                row["deleted"] = 1
+                rows.append(row)
+                self.book.drop(st.scope, st.scope_id)
+            insert_rows(self.store, "otel.loop_state", rows)
+            insert_rows(self.store, "otel.loop_decisions",
+                        (Decision(scope=st.scope, scope_id=st.scope_id).to_row(version) for st in removed))
+            sessions = sum(1 for st in removed if st.scope == "session")
+            self.evicted_total += sessions
+            return sessions
+
+    def reset_scope(self, scope: str, scope_id: str) -> ScopeState:
+        """Fresh state for one scope; it keeps existing (admin reset)."""
+        with self.lock:
+            self._load_missing_scope(scope, scope_id)
+            st = self.engine.reset(scope, scope_id)
+            version = self.version()
+            insert_rows(self.store, "otel.loop_state", [st.to_row(version)])
+            decision = self.engine.decision_for(st)
+            insert_rows(self.store, "otel.loop_decisions", [decision.to_row(version)])
+            self.book.put([decision])
+            return st
+
+    def _load_missing_scope(self, scope: str, scope_id: str) -> None:
+        if (scope, scope_id) not in self.engine.states:
+            rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": [scope_id]})
+            self.engine.adopt(ScopeState.from_row(r, self.config.loop_detection.history_depth) for r in rows)
+
+    def reconfigure(self, config: AppConfig) -> None:
+        """Apply a new config and clear session state (as specified for hot reload)."""
+        with self.lock:
+            self.config = config
+            self.engine.reconfigure(config)
+            self.book.clear()
+            version = self.version()
+            self.store.command("INSERT INTO otel.loop_state SELECT * REPLACE (1 AS deleted, {v:UInt64} AS version) "
+                               "FROM otel.loop_state FINAL WHERE deleted = 0", {"v": version})
+            self.store.command("INSERT INTO otel.loop_decisions SELECT * REPLACE ('allow' AS action, 'none' AS level, "
+                               "{v:UInt64} AS version) FROM otel.loop_decisions FINAL", {"v": version})
