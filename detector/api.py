@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Response
 from pydantic import BaseModel, Field
 
 from detector import __version__
@@ -57,6 +57,11 @@ def create_api(service: Service) -> FastAPI:
         job = service.job
         return Health(status="ok", version=__version__, watermark_us=job.watermark_us, cycles=job.cycles,
                       last_cycle_seconds=job.last_stats.seconds)
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def metrics() -> Response:
+        """Prometheus metrics."""
+        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"])
     def decision(

@@ -210,6 +210,7 @@ class AppConfig(_Strict):
     store: StoreSettings = Field(default_factory=StoreSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     webhooks: list[Webhook] = Field(default_factory=list)
+    grafana_url: str | None = Field(None, description="base URL of Grafana, for dashboard links in alerts")
 
     @model_validator(mode="after")
     def _overrides_valid(self) -> AppConfig:

@@ -17,7 +17,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from detector.config import AppConfig
 from detector.decisions import Decision, DecisionBook
@@ -88,7 +87,7 @@ class DetectorJob:
         store: Store,
         config: AppConfig,
         book: DecisionBook,
-        on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_cycle: list[Callable[[CycleOutput, CycleStats], None]] | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -96,7 +95,7 @@ class DetectorJob:
         self.engine = Engine(config)
         self.lock = threading.RLock()
         self.version = Versioner()
-        self.on_events = on_events
+        self.on_cycle = on_cycle if on_cycle is not None else []
         self.watermark_us = 0
         self.evicted_total = 0
         self.last_stats = CycleStats()
@@ -142,8 +141,6 @@ class DetectorJob:
         insert_rows(self.store, "otel.loop_meta",
                     [{"key": self._watermark_key, "value": str(cutoff), "version": self.version()}])
         self.book.put(out.decisions)
-        if out.events and self.on_events is not None:
-            self.on_events(out.events)
         newest = max((c.inserted_us for c in calls), default=cutoff)
         stats = CycleStats(
             calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
@@ -151,6 +148,11 @@ class DetectorJob:
         )
         self.last_stats = stats
         self.cycles += 1
+        for observer in self.on_cycle:
+            try:
+                observer(out, stats)
+            except Exception:  # an observer (metrics, logs, webhooks) must never break detection
+                log.exception("cycle observer failed")
         return stats
 
     def _load_missing(self, calls: list[Call]) -> None:

@@ -39,3 +39,38 @@ def configure_logging(level: str = "INFO", json_format: bool = True) -> None:
     root.setLevel(level)
     for noisy in ("apscheduler", "uvicorn.access", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class TransitionLogger:
+    """A detector-cycle observer: INFO on each enforcement transition, ERROR with the session's state dump
+    (hashes, fingerprints, response descriptors, escalation history, tokens, cost) on hard stop."""
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+        self.log = logging.getLogger("loop_detector.enforcement")
+
+    def __call__(self, out: object, stats: object) -> None:
+        from detector.sessions import session_detail
+
+        for event in getattr(out, "events", []):
+            if event["kind"] != "escalation":
+                continue
+            fields = {
+                "event": "enforcement_transition",
+                "scope": event["scope"],
+                "session_id": event["session_id"],
+                "trace_id": event["trace_id"],
+                "span_id": event["span_id"],
+                "virtual_key": event["virtual_key"],
+                "from_level": event["from_level"],
+                "to_level": event["to_level"],
+                "confidence": round(event["confidence"], 4),
+                "signals": {k: round(v, 4) for k, v in event["signals"].items()},
+                "dominant_signal": event["dominant_signal"],
+                "consecutive": event["consecutive"],
+                "call_time": event["ts"],
+            }
+            self.log.info("enforcement transition", extra=fields)
+            if event["to_level"] == "hard_stop" and event["scope"] == "session":
+                dump = session_detail(self.store, event["session_id"], history_limit=20)  # type: ignore[arg-type]
+                self.log.error("hard stop", extra={**fields, "event": "hard_stop", "state": dump})

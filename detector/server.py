@@ -15,8 +15,9 @@ import secrets
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,10 @@ from detector.config import AppConfig, ConfigError, load_config
 from detector.decisions import DecisionBook
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.job import DetectorJob
+from detector.logs import TransitionLogger
+from detector.metrics import Metrics
 from detector.store import Store, apply_schema, open_store
+from detector.webhooks import WebhookDispatcher
 
 log = logging.getLogger("loop_detector")
 
@@ -77,6 +81,13 @@ class Service:
         self.job.load()
         self.admin_token = resolve_admin_token(config, self.data_dir)
         self.ingest_metrics = IngestMetrics()
+        self.started_at = time.time()
+        self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
+                                                  self.ingest_metrics.spans_rejected))
+        self.webhooks = WebhookDispatcher(config.webhooks, config.grafana_url) if config.webhooks else None
+        self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
+        if self.webhooks is not None:
+            self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
         self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
@@ -155,15 +166,15 @@ class Service:
 
     def close(self) -> None:
         self.stop_scheduler()
+        if self.webhooks is not None:
+            self.webhooks.close()
         self.store.close()
 
 
 @contextmanager
 def _suppress() -> Iterator[None]:
-    try:
+    with suppress(NotImplementedError, RuntimeError, ValueError):
         yield
-    except (NotImplementedError, RuntimeError, ValueError):
-        pass
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,0 +1,6 @@
+"""Ingest: the embedded OTLP/HTTP trace receiver (``receiver``) and its decoder (``otlp``).
+
+Spans are written into ``otel.otel_traces`` exactly as the OpenTelemetry Collector's contrib
+ClickHouse exporter writes them, so the materialized view that feeds ``otel.genai_calls`` sees the
+same rows whichever ingest path (this receiver or a collector) delivered them.
+"""
