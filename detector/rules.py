@@ -7,9 +7,15 @@ and its pure detection function; the engine keeps the state they need and calls 
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from detector.models import Turn
 
 DETECTORS = ("exact_prompt_repeat", "trace_cap", "failure_loop", "velocity")
 
@@ -82,3 +88,294 @@ def validate_params(detector: str, params: dict[str, Any]) -> dict[str, Any]:
             for e in exc.errors()
         )
         raise ValueError(msgs) from None
+
+
+# ============================================================================ pure detection functions
+#
+# Everything below is I/O-free. State objects (FailureStreak, VelocityState) are small dataclasses that
+# round-trip through plain JSON (to_dict / from_dict), because the engine persists them per scope.
+
+
+def _minimal_period(seq: Sequence[int]) -> int:
+    n = len(seq)
+    for d in range(1, n + 1):
+        if n % d == 0 and all(seq[i] == seq[i % d] for i in range(n)):
+            return d
+    return n
+
+
+def find_repeat_cycle(fps: Sequence[int], params: ExactRepeatParams) -> tuple[int, int] | None:
+    """Exact prompt repeat: does the tail of ``fps`` (request fingerprints of a trace's model calls, oldest
+    first) repeat a cycle?
+
+    Only the last ``params.window`` fingerprints are looked at. For each cycle length L in
+    1..``params.max_cycle_length`` (shortest first), the last L fingerprints are the cycle; it must be
+    primitive (``[a, a]`` is not a cycle of length 2, it is ``a`` twice) and contain no 0 (an unknown
+    fingerprint never matches). Counting back, the number of consecutive copies of the cycle at the tail
+    must reach ``params.repeats_for(L)``. Returns ``(L, copies)`` for the shortest such cycle, else None.
+    Defaults: [a,a,a] -> (1, 3); [a,b,a,b] -> (2, 2); [a,b,c,a,b,c] -> (3, 2); [a,b,a] and [a,a] -> None.
+    """
+    tail = list(fps)[-params.window :] if params.window > 0 else []
+    n = len(tail)
+    for length in range(1, params.max_cycle_length + 1):
+        need = params.repeats_for(length)
+        if length * need > n:
+            continue
+        cycle = tail[n - length :]
+        if 0 in cycle or _minimal_period(cycle) < length:
+            continue
+        copies, start = 1, n - length
+        while start - length >= 0 and tail[start - length : start] == cycle:
+            copies += 1
+            start -= length
+        if copies >= need:
+            return length, copies
+    return None
+
+
+def trace_cap_exceeded(calls: int, usd: float, tokens: int, params: TraceCapParams) -> bool:
+    """Per-trace hard cap: has the trace *reached* its ceiling in ``params.unit``?
+
+    Boundary: the cap trips when the running total reaches the threshold (``>=``), for every unit. The
+    spec's stop lands late by design ("the call that crosses is allowed; we stop a later call"): with
+    "a ceiling of 25 model calls", the 25th call is recorded and allowed, the rule trips on it, and a
+    blocking rule stops the 26th. The same holds for USD and tokens: the call that reaches or passes
+    $5.00 (or 200,000 tokens) went through; later calls are stopped.
+    """
+    threshold = params.threshold if params.threshold is not None else TRACE_CAP_DEFAULTS[params.unit]
+    value = {"calls": calls, "usd": usd, "tokens": tokens}[params.unit]
+    return value >= threshold
+
+
+@dataclass(slots=True)
+class FailureStreak:
+    """Failure loop breaker state for one trace: back-to-back repeats of the same tool call and of the
+    same error. Incremental: ``update(turn)`` per scored turn, in order.
+
+    - same tool call: the turn's tool fingerprints (name + argument values) share at least one call with
+      every turn of the current streak; a turn without tool calls (or with only new ones) restarts it.
+    - same error: the turn failed (the model call or one of its tools) with an error fingerprint shared
+      with every failure of the current streak; a turn that did not fail resets it to 0.
+    Streaks count occurrences: the same call made 5 times in a row is a streak of 5.
+    """
+
+    tool_fps: list[int] = field(default_factory=list)
+    tool_streak: int = 0
+    error_fps: list[int] = field(default_factory=list)
+    error_streak: int = 0
+
+    def update(self, turn: Turn) -> tuple[int, int]:
+        tools = {fp for fp in turn.tool_fps if fp}
+        common = tools & set(self.tool_fps)
+        if common:
+            self.tool_fps, self.tool_streak = sorted(common), self.tool_streak + 1
+        elif tools:
+            self.tool_fps, self.tool_streak = sorted(tools), 1
+        else:
+            self.tool_fps, self.tool_streak = [], 0
+
+        errors = {fp for fp in turn.error_fps if fp} if turn.is_error else set()
+        common = errors & set(self.error_fps)
+        if common:
+            self.error_fps, self.error_streak = sorted(common), self.error_streak + 1
+        elif errors:
+            self.error_fps, self.error_streak = sorted(errors), 1
+        else:
+            self.error_fps, self.error_streak = [], 0
+        return self.tool_streak, self.error_streak
+
+    def streaks(self) -> tuple[int, int]:
+        """``(tool_streak, error_streak)``, as ``update`` returns them."""
+        return self.tool_streak, self.error_streak
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_fps": list(self.tool_fps),
+            "tool_streak": self.tool_streak,
+            "error_fps": list(self.error_fps),
+            "error_streak": self.error_streak,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FailureStreak:
+        return cls(
+            tool_fps=[int(x) for x in data.get("tool_fps", [])],
+            tool_streak=int(data.get("tool_streak", 0)),
+            error_fps=[int(x) for x in data.get("error_fps", [])],
+            error_streak=int(data.get("error_streak", 0)),
+        )
+
+
+def failure_loop_tripped(streaks: tuple[int, int] | FailureStreak, params: FailureLoopParams) -> str | None:
+    """``'same_tool_error'`` when the error streak reached ``same_error_repeats``, else ``'same_tool_call'``
+    when the tool streak reached ``same_tool_repeats``, else None. The error wins when both trip: it is
+    the more specific diagnosis (the repeated call keeps failing)."""
+    tool_streak, error_streak = streaks.streaks() if isinstance(streaks, FailureStreak) else streaks
+    if error_streak >= params.same_error_repeats:
+        return "same_tool_error"
+    if tool_streak >= params.same_tool_repeats:
+        return "same_tool_call"
+    return None
+
+
+VELOCITY_WINDOW_NS = 60 * 1_000_000_000
+VELOCITY_MULTIPLIER = 10.0  # fixed by the spec: trips at 10x the key's own baseline, not configurable
+VELOCITY_CLEAR_FRACTION = 0.5  # hysteresis: clears when the window rate drops below half the trip level
+_NS_PER_SECOND = 1_000_000_000
+_NS_PER_MINUTE = 60 * _NS_PER_SECOND
+
+
+@dataclass(slots=True)
+class VelocityState:
+    """Velocity circuit breaker state for one key.
+
+    - window: tokens per second bucket over the sliding 60 s window (``[second, tokens]`` pairs, so the
+      state stays small however fast a loop runs); the window rate in tokens/min is their sum.
+    - baseline: the key's rolling tokens/min, an EMA (span ``baseline_minutes``) over its *active*
+      minutes (minutes with traffic; idle minutes do not drag it down), averaged plainly over the first
+      minutes so an early minute does not dominate. Minutes during which the breaker was tripped are
+      never learned, so a burst cannot raise its own baseline.
+    - trip: window rate >= the manual TPM cap (always), or >= 10 x max(baseline, ``min_baseline_tpm``)
+      once the key has ``warmup_minutes`` of history.
+    - clear: once tripped, the breaker stays tripped until the window rate drops below half of the
+      current trip level (hysteresis, so a loop hovering at the limit does not flap). Nothing is learned
+      while tripped, so the level is the one that tripped it unless the manual cap changed.
+    A blocked key sends no more calls: call ``tick(now_ns, ...)`` periodically so it can clear.
+    """
+
+    buckets: list[list[int]] = field(default_factory=list)
+    first_ns: int | None = None
+    last_ns: int | None = None
+    minute: int | None = None
+    minute_tokens: int = 0
+    minute_tripped: bool = False
+    baseline_tpm: float | None = None
+    baseline_samples: int = 0
+    window_tpm: float = 0.0
+    tripped: bool = False
+    trip_level: float = 0.0
+    trip_reason: str = ""  # 'baseline' | 'manual' while tripped
+
+    def update(self, ts_ns: int, tokens: int, params: VelocityParams, tpm_limit: float | None = None) -> bool:
+        """Record ``tokens`` used at ``ts_ns`` (span time) and return whether the breaker is tripped after it.
+        ``tpm_limit`` (the key's override) takes precedence over ``params.tpm_limit``."""
+        now = ts_ns if self.last_ns is None else max(ts_ns, self.last_ns)
+        self.first_ns = ts_ns if self.first_ns is None else min(self.first_ns, ts_ns)
+        self.last_ns = now
+        self._roll_minute(now, params)
+        tokens = max(0, int(tokens))
+        if tokens:
+            self.minute_tokens += tokens
+            second = ts_ns // _NS_PER_SECOND
+            if second > now // _NS_PER_SECOND - VELOCITY_WINDOW_NS // _NS_PER_SECOND:
+                self._add(second, tokens)
+        self._evict(now)
+        self.window_tpm = float(sum(b[1] for b in self.buckets))
+        return self._evaluate(now, params, tpm_limit)
+
+    def tick(self, now_ns: int, params: VelocityParams, tpm_limit: float | None = None) -> bool:
+        """Advance time without traffic (lets a tripped breaker clear once the key goes quiet)."""
+        return self.update(now_ns, 0, params, tpm_limit)
+
+    def trip_threshold(self, now_ns: int, params: VelocityParams, tpm_limit: float | None = None) -> float:
+        """The window rate (tokens/min) at which the breaker trips now (inf when nothing can trip it)."""
+        manual = tpm_limit if tpm_limit is not None else params.tpm_limit
+        level = float(manual) if manual else math.inf
+        warm = self.first_ns is not None and now_ns - self.first_ns >= params.warmup_minutes * _NS_PER_MINUTE
+        if warm:
+            level = min(level, VELOCITY_MULTIPLIER * max(self.baseline_tpm or 0.0, params.min_baseline_tpm))
+        return level
+
+    # -- internals
+
+    def _add(self, second: int, tokens: int) -> None:
+        if self.buckets and self.buckets[-1][0] == second:
+            self.buckets[-1][1] += tokens
+            return
+        if not self.buckets or self.buckets[-1][0] < second:
+            self.buckets.append([second, tokens])
+            return
+        for bucket in self.buckets:  # out-of-order span: rare, the window is at most 60 buckets
+            if bucket[0] == second:
+                bucket[1] += tokens
+                return
+        self.buckets.append([second, tokens])
+        self.buckets.sort()
+
+    def _evict(self, now_ns: int) -> None:
+        oldest = now_ns // _NS_PER_SECOND - VELOCITY_WINDOW_NS // _NS_PER_SECOND
+        self.buckets = [b for b in self.buckets if b[0] > oldest]
+
+    def _roll_minute(self, now_ns: int, params: VelocityParams) -> None:
+        minute = now_ns // _NS_PER_MINUTE
+        if self.minute is None:
+            self.minute, self.minute_tripped = minute, self.tripped
+            return
+        if minute <= self.minute:
+            return
+        if self.minute_tokens > 0 and not self.minute_tripped:
+            self.baseline_samples += 1
+            alpha = max(1.0 / self.baseline_samples, 2.0 / (params.baseline_minutes + 1))
+            base = self.baseline_tpm
+            self.baseline_tpm = float(self.minute_tokens) if base is None else base + alpha * (self.minute_tokens - base)
+        self.minute, self.minute_tokens, self.minute_tripped = minute, 0, self.tripped
+
+    def _evaluate(self, now_ns: int, params: VelocityParams, tpm_limit: float | None) -> bool:
+        level = self.trip_threshold(now_ns, params, tpm_limit)
+        if not self.tripped:
+            if self.window_tpm >= level:
+                manual = tpm_limit if tpm_limit is not None else params.tpm_limit
+                self.tripped, self.trip_level, self.minute_tripped = True, level, True
+                self.trip_reason = "manual" if manual and level >= float(manual) else "baseline"
+        elif not math.isfinite(level) or self.window_tpm < VELOCITY_CLEAR_FRACTION * level:
+            self.tripped, self.trip_level, self.trip_reason = False, 0.0, ""
+        else:
+            self.trip_level = level
+        return self.tripped
+
+    # -- persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "buckets": [list(b) for b in self.buckets],
+            "first_ns": self.first_ns,
+            "last_ns": self.last_ns,
+            "minute": self.minute,
+            "minute_tokens": self.minute_tokens,
+            "minute_tripped": self.minute_tripped,
+            "baseline_tpm": self.baseline_tpm,
+            "baseline_samples": self.baseline_samples,
+            "window_tpm": self.window_tpm,
+            "tripped": self.tripped,
+            "trip_level": self.trip_level if math.isfinite(self.trip_level) else 0.0,
+            "trip_reason": self.trip_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VelocityState:
+        def opt_int(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+
+        baseline = data.get("baseline_tpm")
+        return cls(
+            buckets=[[int(s), int(t)] for s, t in data.get("buckets", [])],
+            first_ns=opt_int("first_ns"),
+            last_ns=opt_int("last_ns"),
+            minute=opt_int("minute"),
+            minute_tokens=int(data.get("minute_tokens", 0)),
+            minute_tripped=bool(data.get("minute_tripped", False)),
+            baseline_tpm=None if baseline is None else float(baseline),
+            baseline_samples=int(data.get("baseline_samples", 0)),
+            window_tpm=float(data.get("window_tpm", 0.0)),
+            tripped=bool(data.get("tripped", False)),
+            trip_level=float(data.get("trip_level", 0.0)),
+            trip_reason=str(data.get("trip_reason", "")),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> VelocityState:
+        return cls.from_dict(json.loads(text))

@@ -50,10 +50,12 @@ SATURATING_CYCLES = 2
 OUTPUT_ONLY_WEIGHT = 0.4
 INPUT_ONLY_WEIGHT = 0.5  # no output on either side (e.g. both calls failed): the input alone, halved
 # Structural fallback: an identical request fingerprint without content (same model, same input token
-# count, same parameters) is strong but not certain; matching response structure alone is weak.
+# count, same parameters) is strong but not certain.
 STRUCTURAL_REQUEST_WEIGHT = 0.8
-STRUCTURAL_NO_TOOLS_WEIGHT = 0.5
 SAME_FAILING_REQUEST = 0.8  # content similarity above which a failed call is "the same request"
+# Context growth: the share of its redundancy that comes from repeated token increments (the rest is
+# the content repeating, which is required).
+INCREMENTS_WEIGHT = 0.5
 
 # Polling with backoff: successful calls whose last BACKOFF_RATIOS gaps each grew by >= BACKOFF_RATIO.
 BACKOFF_RATIO = 1.5
@@ -116,7 +118,9 @@ class _View:
 
 def _view(turn: Turn) -> _View:
     call = turn.call
-    end_ns = max([call.ts_ns, call.end_ns, *(t.end_ns for t in turn.tools)])
+    end_ns = max(call.ts_ns, call.end_ns)
+    for tool in turn.tools:
+        end_ns = max(end_ns, tool.end_ns)
     return _View(
         has_content=bool(call.has_content),
         request_fp=call.request_fp,
@@ -198,14 +202,14 @@ def _response_match(a: _View, b: _View) -> float:
 
 
 def _structural_similarity(a: _View, b: _View) -> float:
-    """Content-free similarity: identical request fingerprint, or the same response structure and the
-    same tool calls (without tool calls, matching structure is weaker evidence)."""
+    """Content-free similarity: an identical request fingerprint, or the same tool calls with the same
+    response structure and output tokens. Without tool calls, a matching response shape alone is left to
+    response_stagnation (counting it here too would double the same weak evidence, e.g. outputs all cut
+    at max_tokens)."""
     request = STRUCTURAL_REQUEST_WEIGHT if a.request_fp and a.request_fp == b.request_fp else 0.0
-    if not a.response_fp or a.response_fp != b.response_fp:
+    if not (a.tools or b.tools) or not a.response_fp or a.response_fp != b.response_fp:
         return request
-    shape = token_closeness(a.output_tokens, b.output_tokens)
-    shape *= _jaccard(a.tools, b.tools) if (a.tools or b.tools) else STRUCTURAL_NO_TOOLS_WEIGHT
-    return max(request, shape)
+    return max(request, token_closeness(a.output_tokens, b.output_tokens) * _jaccard(a.tools, b.tools))
 
 
 def _content_pair(a: _View, b: _View) -> tuple[float, bool]:
@@ -282,10 +286,12 @@ def _backoff_factor(views: Sequence[_View]) -> float:
 # ------------------------------------------------------------------------------------------ signals
 
 
-def _content_similarity(views: Sequence[_View], backoff: float) -> float:
-    if len(views) < 2:
-        return 0.0
-    return _clamp(backoff * _tail_cycle(views, _content_sim))
+def _content_cycle(views: Sequence[_View]) -> float:
+    return _tail_cycle(views, _content_sim) if len(views) >= 2 else 0.0
+
+
+def _content_similarity(views: Sequence[_View], backoff: float, content: float | None = None) -> float:
+    return _clamp(backoff * (_content_cycle(views) if content is None else content))
 
 
 def _content_fallback(views: Sequence[_View]) -> bool:
@@ -319,20 +325,25 @@ def _error_cycling(views: Sequence[_View]) -> float:
     return _clamp(repeats / SATURATING_CYCLES)
 
 
-def _context_growth(views: Sequence[_View], backoff: float) -> float:
+def _context_growth(views: Sequence[_View], backoff: float, content: float | None = None) -> float:
+    """``content``: the (undiscounted) content cycle score when the caller already has it."""
     if len(views) < 2:
         return 0.0
     deltas = [b.input_tokens - a.input_tokens for a, b in zip(views, views[1:], strict=False)]
     if deltas[-1] <= 0:
         return 0.0  # the context did not grow on this call
     growing = sum(1 for d in deltas if d > 0) / len(deltas)
-    # Redundancy of what was added: the new content repeats the history, and the context keeps
-    # growing by the same amount (the same tool result / message appended again).
-    content = _tail_cycle(views, _content_sim)
+    # Redundancy of what was added: the new content repeats the history (content decides; structural
+    # fingerprints without content), confirmed by the context growing by the same amount each time
+    # (the same tool result / message appended again).
+    if content is None:
+        content = _tail_cycle(views, _content_sim)
+    if content == 0.0:
+        return 0.0
     increments = cycle_score(
         len(deltas), lambda i, j: token_closeness(deltas[i], deltas[j]) if deltas[i] > 0 and deltas[j] > 0 else 0.0
     )
-    return _clamp(backoff * growing * (content + increments) / 2.0)
+    return _clamp(backoff * growing * content * (1.0 - INCREMENTS_WEIGHT + INCREMENTS_WEIGHT * increments))
 
 
 def _rate_per_minute(views: Sequence[_View], amounts: Sequence[float]) -> float:
@@ -415,13 +426,14 @@ def compute_signals(history: Sequence[Turn], turn: Turn, cfg: LoopDetectionConfi
     ``cfg.history_depth`` are used)."""
     views = _views(history, turn, cfg.history_depth)
     backoff = _backoff_factor(views)
+    content = _content_cycle(views)
     return Signals(
-        content_similarity=_content_similarity(views, backoff),
+        content_similarity=_content_similarity(views, backoff, content),
         tool_call_repetition=_tool_call_repetition(views, backoff),
         response_stagnation=_response_stagnation(views, backoff),
         error_cycling=_error_cycling(views),
         token_velocity=_token_velocity(views, cfg.token_velocity_threshold),
-        context_growth=_context_growth(views, backoff),
+        context_growth=_context_growth(views, backoff, content),
         cost_velocity=_cost_velocity(views, cfg.cost_velocity_threshold),
         content_fallback=_content_fallback(views),
     )

@@ -1,0 +1,58 @@
+"""Confidence from signals: the weighted sum, its EMA smoothing, and the dominant signal. Pure functions.
+
+EMA start: a scope's first score is smoothed from 0 (``ema(None, v, a) == a * v``), not taken as is.
+The spec smooths "to prevent single-request spikes from triggering enforcement"; starting at the first
+raw value would let the very first call of a scope count at full weight towards the consecutive-calls
+counters, which is exactly such a spike. Starting at 0 treats a new scope as "no evidence of a loop
+yet". The cost is small: a scope's first call has no history, so its raw score is near 0 anyway (only
+the velocity signals can be non-zero), and a stuck tool loop (raw 0, 0.33, 0.70, 0.75, 0.76, ...) is
+smoothed to 0, 0.10, 0.28, 0.42, 0.52, ... and crosses warn (0.30) on its 4th call either way.
+"""
+
+from __future__ import annotations
+
+import math
+
+from detector.config import SIGNAL_NAMES, Weights
+from detector.signals import Signals
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def _clamp(value: float) -> float:
+    value = _finite(value)
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
+
+
+def contributions(signals: Signals, weights: Weights) -> dict[str, float]:
+    """weight x signal for each signal, in ``SIGNAL_NAMES`` order."""
+    w = weights.as_dict()
+    return {name: w[name] * _clamp(getattr(signals, name)) for name in SIGNAL_NAMES}
+
+
+def weighted_confidence(signals: Signals, weights: Weights) -> float:
+    """Sum of weight x signal over the seven signals, clamped to [0, 1]."""
+    return _clamp(sum(contributions(signals, weights).values()))
+
+
+def ema(previous: float | None, value: float, alpha: float) -> float:
+    """Exponential moving average: ``previous + alpha * (value - previous)``.
+
+    ``previous is None`` (a new scope) starts from 0, so the first result is ``alpha * value``: see the
+    module docstring for why. ``alpha`` is clamped to [0, 1] and non-finite inputs count as 0.
+    """
+    prev = 0.0 if previous is None else _finite(previous)
+    a = min(1.0, max(0.0, _finite(alpha)))
+    return prev + a * (_finite(value) - prev)
+
+
+def dominant_signal(signals: Signals, weights: Weights) -> str:
+    """The signal with the largest weighted contribution (ties: first in ``SIGNAL_NAMES``); ``'none'``
+    when every contribution is 0."""
+    best_name, best = "none", 0.0
+    for name, value in contributions(signals, weights).items():
+        if value > best:
+            best_name, best = name, value
+    return best_name
