@@ -1,0 +1,31 @@
+# loop-detector for the scaled stack (docker-compose.yml): detector + enforcement API against a
+# ClickHouse server. The store URL comes from LOOP_DETECTOR_CLICKHOUSE_URL, e.g.
+#   http://user:password@clickhouse:8123
+# Without it the process falls back to the embedded chDB store under /data.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    LOOP_DETECTOR_SQL_DIR=/opt/loop-detector/clickhouse
+
+WORKDIR /opt/loop-detector
+
+# README.md* : the readme is optional at build time (the glob lets COPY succeed without it).
+COPY pyproject.toml README.md* ./
+COPY detector ./detector
+COPY clickhouse ./clickhouse
+
+RUN pip install . \
+    && useradd --system --uid 10001 --home-dir /data --no-create-home loop \
+    && mkdir -p /data \
+    && chown loop /data
+
+USER loop
+WORKDIR /data
+
+# 8080: decisions / admin / metrics API; 4318: the embedded OTLP/HTTP receiver.
+EXPOSE 8080 4318
+
+CMD ["loop-detector", "serve", "--host", "0.0.0.0"]
