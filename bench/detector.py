@@ -64,7 +64,9 @@ def measure(stored: int, sessions: int, cycles: int) -> dict[str, float]:
         t = time.perf_counter()
         store.command(FILL_HISTORY, {"n": stored})
         fill_s = time.perf_counter() - t
-        job = DetectorJob(store, AppConfig(), DecisionBook())
+        config = AppConfig()
+        config.detector.checkpoint_seconds = 3600  # checkpoints are timed on their own below
+        job = DetectorJob(store, config, DecisionBook())
         job.run_cycle()  # moves the watermark past the stored history (nothing of it is scored)
         job.engine.states.clear()
         job.watermark_us = int(store.rows("SELECT toUnixTimestamp64Micro(max(inserted_at)) AS m "
@@ -76,6 +78,9 @@ def measure(stored: int, sessions: int, cycles: int) -> dict[str, float]:
         cold_s = time.perf_counter() - t
         assert first.calls_scored == sessions, first
 
+        t = time.perf_counter()
+        saved = job.checkpoint()
+        checkpoint_s = time.perf_counter() - t
         # a restart: the same sessions, now only in loop_state, loaded once by the next cycle
         job.engine.states.clear()
         store.command(NEW_CALLS, {"round": 1, "sessions": sessions})
@@ -91,7 +96,8 @@ def measure(stored: int, sessions: int, cycles: int) -> dict[str, float]:
             warm.append(time.perf_counter() - t)
             assert stats.calls_scored == sessions, stats
         store.close()
-    return {"fill_s": fill_s, "cold_s": cold_s, "restart_s": restart_s, "warm_s": statistics.median(warm)}
+    return {"fill_s": fill_s, "cold_s": cold_s, "restart_s": restart_s, "warm_s": statistics.median(warm),
+            "checkpoint_s": checkpoint_s, "saved": saved}
 
 
 def main() -> None:
@@ -113,6 +119,8 @@ def main() -> None:
         rows.append((f"cycle after restart (state loaded), {tag}", r["restart_s"] * 1000, "ms",
                      r["restart_s"] / base["warm_s"]))
         rows.append((f"first cycle (new sessions), {tag}", r["cold_s"] * 1000, "ms", r["cold_s"] / base["warm_s"]))
+        rows.append((f"checkpoint of {r['saved']} scope states, {tag}", r["checkpoint_s"] * 1000, "ms",
+                     r["checkpoint_s"] / base["warm_s"]))
     print(f"{'figure':<58} {'value':>10} {'unit':<5} {'ratio':>7}")
     print("-" * 84)
     for figure, value, unit, ratio in rows:

@@ -147,6 +147,7 @@ class Price(_Strict):
 class DetectorSettings(_Strict):
     interval_seconds: float = Field(1.0, gt=0, le=3600)
     watermark_lag_seconds: float = Field(0.0, ge=0, le=600)
+    checkpoint_seconds: float = Field(5.0, ge=0, le=3600, description="how often scope state is persisted")
     shard: str = Field("0/1", pattern=r"^\d+/\d+$")
     max_calls_per_cycle: int = Field(200_000, ge=100)
 

@@ -37,7 +37,7 @@ from detector.rules import (
     trace_cap_exceeded,
 )
 from detector.scoring import dominant_signal, ema, weighted_confidence
-from detector.signals import compute_signals
+from detector.signals import Signals, compute_signals
 
 REQUEST_FP_WINDOW = 100  # the largest exact_prompt_repeat window allowed
 
@@ -47,8 +47,16 @@ _COMPACT_SKIP = {"trace_id", "span_id", "parent_span_id", "session_id", "session
 _CALL_DEFAULTS = {f.name: f.default for f in fields(Call)}
 
 
+_COMPACT_FIELDS = tuple(f.name for f in fields(Call) if f.name not in _COMPACT_SKIP)
+
+
 def call_to_compact(call: Call) -> dict[str, Any]:
-    return {k: v for k, v in asdict(call).items() if k not in _COMPACT_SKIP and v != _CALL_DEFAULTS.get(k)}
+    out = {}
+    for name in _COMPACT_FIELDS:
+        value = getattr(call, name)
+        if value != _CALL_DEFAULTS[name]:
+            out[name] = value
+    return out
 
 
 def call_from_compact(data: dict[str, Any]) -> Call:
@@ -60,7 +68,11 @@ def call_from_compact(data: dict[str, Any]) -> Call:
 
 
 def turn_to_compact(turn: Turn) -> dict[str, Any]:
-    return {"c": call_to_compact(turn.call), "t": [call_to_compact(t) for t in turn.tools], "usd": turn.cost_usd}
+    """A turn as persisted in a scope's history (computed once per turn: both scopes share it)."""
+    if turn.compact is None:
+        turn.compact = {"c": call_to_compact(turn.call), "t": [call_to_compact(t) for t in turn.tools],
+                        "usd": turn.cost_usd}
+    return turn.compact
 
 
 def turn_from_compact(data: dict[str, Any]) -> Turn:
@@ -107,6 +119,7 @@ class ScopeState:
     velocity: dict[str, VelocityState] = field(default_factory=dict)
     instruction: str = ""
     pending_tools: list[Call] = field(default_factory=list)
+    published: tuple[Any, ...] | None = None  # the last decision handed out (not persisted)
 
     @property
     def confidence(self) -> float:
@@ -273,8 +286,20 @@ class Engine:
         out = CycleOutput()
         for call in sorted(calls, key=lambda c: (c.ts_ns, c.span_id)):
             self.process_call(call, out, now_us)
-        out.decisions = [self.decision_for(st) for st in out.dirty.values()]
+        out.decisions = self._changed_decisions(out.dirty.values())
         return out
+
+    def _changed_decisions(self, states: Iterable[ScopeState]) -> list[Decision]:
+        """Decisions that differ from what each scope last published (only those need writing)."""
+        changed = []
+        for st in states:
+            d = self.decision_for(st)
+            key = (d.action, d.level, round(d.confidence, 3), d.dominant_signal, d.detector, d.rule_name,
+                   d.instruction, d.expires_at_us)
+            if key != st.published:
+                st.published = key
+                changed.append(d)
+        return changed
 
     def process_call(self, call: Call, out: CycleOutput, now_us: int) -> None:
         if call.session_source != "trace" and call.session_id:
@@ -295,12 +320,13 @@ class Engine:
         cfg = self.cfg_for(call.virtual_key)
         session = self.state("session", session_id, out)
 
+        shared = None
         for st in (session, trace):
             st.session_id = session_id
             st.virtual_key = call.virtual_key or st.virtual_key
             st.feature = call.feature or st.feature
             st.last_seen_us = now_us
-            self._score(st, turn, cfg, out)
+            shared = self._score(st, turn, cfg, out, shared)
 
         trace.request_fps.append(call.request_fp)
         trace.failure.update(turn)
@@ -309,10 +335,19 @@ class Engine:
                 self._evaluate_rule(rule, trace, session, turn, out)
         out.calls_scored += 1
 
-    def _score(self, st: ScopeState, turn: Turn, cfg: LoopDetectionConfig, out: CycleOutput) -> None:
+    def _score(self, st: ScopeState, turn: Turn, cfg: LoopDetectionConfig, out: CycleOutput,
+               shared: tuple[list[Turn], Signals] | None = None) -> tuple[list[Turn], Signals]:
+        """Score one turn in one scope. ``shared`` is the previous scope's (history, signals): when this
+        scope's history holds the very same turns (a session with a single trace), the signals are equal
+        and are reused rather than computed twice."""
         if st.history.maxlen != cfg.history_depth:
             st.history = deque(st.history, maxlen=cfg.history_depth)
-        signals = compute_signals(list(st.history), turn, cfg)
+        history = list(st.history)
+        if shared is not None and len(shared[0]) == len(history) and all(
+                a is b for a, b in zip(shared[0], history, strict=True)):
+            signals = shared[1]
+        else:
+            signals = compute_signals(history, turn, cfg)
         raw = weighted_confidence(signals, cfg.weights)
         st.ema = ema(st.ema, raw, cfg.ema_alpha)
         st.peak = max(st.peak, st.ema)
@@ -344,13 +379,14 @@ class Engine:
             "cost_usd": turn.cost_usd,
         })
         if transition is None:
-            return
+            return history, signals
         if transition.to_level == "inject" and transition.up:
             st.instruction = break_instruction(cfg, st.dominant, turn.tool_names)
         out.events.append(self._event(
             st, turn, kind="escalation", detector="confidence", action=LEVEL_ACTION[transition.to_level],
             from_level=transition.from_level, to_level=transition.to_level, consecutive=transition.consecutive,
         ))
+        return history, signals
 
     def _evaluate_rule(self, rule: Rule, trace: ScopeState, session: ScopeState, turn: Turn, out: CycleOutput) -> None:
         target = trace

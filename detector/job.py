@@ -96,7 +96,11 @@ class DetectorJob:
         self.lock = threading.RLock()
         self.version = Versioner()
         self.on_cycle = on_cycle if on_cycle is not None else []
-        self.watermark_us = 0
+        self.watermark_us = 0  # calls up to here are in the engine
+        self.processed_us = 0  # calls up to here have had their scores and events written
+        self.checkpoint_us = 0  # the engine state persisted in loop_state is as of here
+        self.last_checkpoint_us = 0
+        self.unsaved: dict[tuple[str, str], ScopeState] = {}
         self.evicted_total = 0
         self.last_stats = CycleStats()
         self.cycles = 0
@@ -105,29 +109,39 @@ class DetectorJob:
     def shard(self) -> tuple[int, int]:
         return self.config.detector.shard_index, self.config.detector.shard_count
 
-    @property
-    def _watermark_key(self) -> str:
+    def _meta_key(self, name: str) -> str:
         index, count = self.shard
-        return f"watermark:{index}/{count}"
+        return f"{name}:{index}/{count}"
+
+    def _meta(self, name: str) -> int:
+        rows = self.store.rows(SELECT_META, {"key": self._meta_key(name)})
+        return int(rows[0]["value"]) if rows else 0
 
     def load(self) -> None:
-        """Resume after a restart: the watermark and the current decisions."""
-        rows = self.store.rows(SELECT_META, {"key": self._watermark_key})
-        self.watermark_us = int(rows[0]["value"]) if rows else 0
+        """Resume after a restart from the last checkpoint: the engine's persisted state matches the
+        checkpoint watermark; calls read after it are replayed (deterministically, without writing their
+        scores and events a second time) up to the last processed watermark."""
+        self.checkpoint_us = self._meta("checkpoint")
+        self.processed_us = max(self._meta("watermark"), self.checkpoint_us)
+        self.watermark_us = self.checkpoint_us
         decisions = [Decision.from_row(r) for r in self.store.rows(SELECT_DECISIONS)]
         self.book.put(decisions)
-        log.info("detector resumed", extra={"watermark_us": self.watermark_us, "decisions": len(decisions)})
+        log.info("detector resumed", extra={"checkpoint_us": self.checkpoint_us, "processed_us": self.processed_us,
+                                            "decisions": len(decisions)})
 
     # -- one cycle ------------------------------------------------------------------------------
     def run_cycle(self) -> CycleStats:
         with self.lock:
-            return self._run_cycle()
+            if self.processed_us > self.watermark_us:
+                self._cycle(self.processed_us, replay=True)
+            return self._cycle(None, replay=False)
 
-    def _run_cycle(self) -> CycleStats:
+    def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
         started = time.perf_counter()
         now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
-        cutoff = now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
+        cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
         if cutoff <= self.watermark_us:
+            self._maybe_checkpoint(now_us)
             return CycleStats(watermark_us=self.watermark_us)
         index, count = self.shard
         rows = self.store.rows(
@@ -136,16 +150,26 @@ class DetectorJob:
         calls = [Call.from_row(r) for r in rows]
         self._load_missing(calls)
         out = self.engine.process(calls, now_us=now_us)
-        self._write(out)
+        self.unsaved.update(out.dirty)
+        if not replay:
+            insert_rows(self.store, "otel.loop_scores", out.scores)
+            insert_rows(self.store, "otel.loop_events", out.events)
+        version = self.version()
+        insert_rows(self.store, "otel.loop_decisions", (d.to_row(version) for d in out.decisions))
         self.watermark_us = cutoff
-        insert_rows(self.store, "otel.loop_meta",
-                    [{"key": self._watermark_key, "value": str(cutoff), "version": self.version()}])
+        if not replay:
+            self.processed_us = cutoff
+            insert_rows(self.store, "otel.loop_meta",
+                        [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
         self.book.put(out.decisions)
+        self._maybe_checkpoint(now_us)
         newest = max((c.inserted_us for c in calls), default=cutoff)
         stats = CycleStats(
             calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
             seconds=time.perf_counter() - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
         )
+        if replay:
+            return stats
         self.last_stats = stats
         self.cycles += 1
         for observer in self.on_cycle:
@@ -155,6 +179,26 @@ class DetectorJob:
                 log.exception("cycle observer failed")
         return stats
 
+    def _maybe_checkpoint(self, now_us: int, force: bool = False) -> None:
+        if not force and now_us - self.last_checkpoint_us < self.config.detector.checkpoint_seconds * 1e6:
+            return
+        self.checkpoint()
+        self.last_checkpoint_us = now_us
+
+    def checkpoint(self) -> int:
+        """Persist the state of every scope changed since the last checkpoint, with its watermark."""
+        with self.lock:
+            if self.watermark_us <= self.checkpoint_us and not self.unsaved:
+                return 0
+            version = self.version()
+            live = [st for key, st in self.unsaved.items() if self.engine.states.get(key) is st]
+            insert_rows(self.store, "otel.loop_state", (st.to_row(version) for st in live))
+            insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("checkpoint"),
+                                                        "value": str(self.watermark_us), "version": self.version()}])
+            self.checkpoint_us = self.watermark_us
+            self.unsaved.clear()
+            return len(live)
+
     def _load_missing(self, calls: list[Call]) -> None:
         by_scope: dict[str, list[str]] = defaultdict(list)
         for scope, scope_id in self.engine.needed_scopes(calls):
@@ -163,13 +207,6 @@ class DetectorJob:
         for scope, ids in by_scope.items():
             rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": ids})
             self.engine.adopt(ScopeState.from_row(r, depth) for r in rows)
-
-    def _write(self, out: CycleOutput) -> None:
-        insert_rows(self.store, "otel.loop_scores", out.scores)
-        insert_rows(self.store, "otel.loop_events", out.events)
-        version = self.version()
-        insert_rows(self.store, "otel.loop_state", (st.to_row(version) for st in out.dirty.values()))
-        insert_rows(self.store, "otel.loop_decisions", (d.to_row(version) for d in out.decisions))
 
     # -- lifecycle and admin --------------------------------------------------------------------
     def evict(self) -> int:

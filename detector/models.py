@@ -93,6 +93,8 @@ class Turn:
     call: Call
     tools: list[Call] = field(default_factory=list)
     cost_usd: float = 0.0
+    compact: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # persisted form, cached
+    view: Any = field(default=None, repr=False, compare=False)  # what the signals read, cached by them
 
     @property
     def ts_ns(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from detector.config import SIGNAL_NAMES, Weights
+from detector.config import Weights
 from detector.signals import Signals
 
 
@@ -26,10 +26,23 @@ def _clamp(value: float) -> float:
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
 
 
+_WEIGHTS_CACHE: dict[int, tuple[Weights, tuple[tuple[str, float], ...]]] = {}
+
+
+def _weight_items(weights: Weights) -> tuple[tuple[str, float], ...]:
+    """(name, weight) pairs, computed once per Weights object (this runs twice per scored call)."""
+    cached = _WEIGHTS_CACHE.get(id(weights))
+    if cached is None or cached[0] is not weights:
+        if len(_WEIGHTS_CACHE) > 1024:
+            _WEIGHTS_CACHE.clear()
+        cached = (weights, tuple(weights.as_dict().items()))
+        _WEIGHTS_CACHE[id(weights)] = cached
+    return cached[1]
+
+
 def contributions(signals: Signals, weights: Weights) -> dict[str, float]:
     """weight x signal for each signal, in ``SIGNAL_NAMES`` order."""
-    w = weights.as_dict()
-    return {name: w[name] * _clamp(getattr(signals, name)) for name in SIGNAL_NAMES}
+    return {name: w * _clamp(getattr(signals, name)) for name, w in _weight_items(weights)}
 
 
 def weighted_confidence(signals: Signals, weights: Weights) -> float:

@@ -166,6 +166,10 @@ class Service:
 
     def close(self) -> None:
         self.stop_scheduler()
+        try:
+            self.job.checkpoint()
+        except Exception:
+            log.exception("final checkpoint failed; the next start replays from the previous one")
         if self.webhooks is not None:
             self.webhooks.close()
         self.store.close()

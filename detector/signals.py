@@ -117,6 +117,14 @@ class _View:
 
 
 def _view(turn: Turn) -> _View:
+    cached = turn.view
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    turn.view = view = _make_view(turn)
+    return view
+
+
+def _make_view(turn: Turn) -> _View:
     call = turn.call
     end_ns = max(call.ts_ns, call.end_ns)
     for tool in turn.tools:

@@ -57,6 +57,7 @@ def run_agents(otlp: str, api: str, sessions: dict[str, object], steps: int, cap
 def fast_config() -> AppConfig:
     config = AppConfig()
     config.detector.interval_seconds = 0.1
+    config.detector.checkpoint_seconds = 0
     return config
 
 
