@@ -232,6 +232,9 @@ class Engine:
 
     def __init__(self, config: AppConfig) -> None:
         self.config = config
+        # A shard of several reads every execute_tool span without a session attribute (it cannot tell whose
+        # it is); it keeps only those of traces it already follows. A single detector keeps them all.
+        self.owns_unknown_traces = config.detector.shard_count == 1
         self.states: dict[tuple[str, str], ScopeState] = {}
         self.trace_sessions: dict[str, str] = {}
         self._key_cfg: dict[str, LoopDetectionConfig] = {}
@@ -272,6 +275,8 @@ class Engine:
         """Scopes a batch touches that are not in memory (the job loads them before processing)."""
         wanted: set[tuple[str, str]] = set()
         for c in calls:
+            if c.is_tool and not self._follows(c):
+                continue
             wanted.add(("trace", c.trace_id))
             if c.is_llm:
                 wanted.add(("session", c.session_id))
@@ -293,6 +298,8 @@ class Engine:
         """Decisions that differ from what each scope last published (only those need writing)."""
         changed = []
         for st in states:
+            if st.calls == 0 and not st.trips and st.published is None:
+                continue  # a trace seen only through tool spans (maybe another shard's): nothing to decide
             d = self.decision_for(st)
             key = (d.action, d.level, round(d.confidence, 3), d.dominant_signal, d.detector, d.rule_name,
                    d.instruction, d.expires_at_us)
@@ -304,6 +311,8 @@ class Engine:
     def process_call(self, call: Call, out: CycleOutput, now_us: int) -> None:
         if call.session_source != "trace" and call.session_id:
             self.trace_sessions.setdefault(call.trace_id, call.session_id)
+        if call.is_tool and not self._follows(call):
+            return
         trace = self.state("trace", call.trace_id, out)
         trace.last_seen_us = now_us
         if call.is_tool:
@@ -334,6 +343,11 @@ class Engine:
             if rule.enabled:
                 self._evaluate_rule(rule, trace, session, turn, out)
         out.calls_scored += 1
+
+    def _follows(self, call: Call) -> bool:
+        """Whether this detector keeps a tool span: it has a session of its own, or its trace is followed."""
+        return (self.owns_unknown_traces or call.session_source != "trace" or call.trace_id in self.trace_sessions
+                or ("trace", call.trace_id) in self.states)
 
     def _score(self, st: ScopeState, turn: Turn, cfg: LoopDetectionConfig, out: CycleOutput,
                shared: tuple[list[Turn], Signals] | None = None) -> tuple[list[Turn], Signals]:

@@ -75,7 +75,7 @@ class Service:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = store or open_store(self.data_dir, config.store.url)
-        apply_schema(self.store)
+        apply_schema(self.store, cluster=config.store.cluster)
         self.book = DecisionBook()
         self.job = DetectorJob(self.store, config, self.book)
         self.job.load()

@@ -196,9 +196,14 @@ def ddl_statements(directory: Path | None = None) -> list[str]:
     return statements
 
 
-def apply_schema(store: Store, directory: Path | None = None) -> int:
-    """Create every database, table and view that does not exist yet. Idempotent."""
+def apply_schema(store: Store, directory: Path | None = None, cluster: str | None = None) -> int:
+    """Create every database, table and view that does not exist yet. Idempotent. With ``cluster``, the
+    replicated + distributed variant (see :mod:`detector.cluster`)."""
     statements = ddl_statements(directory)
+    if cluster:
+        from detector.cluster import cluster_statements
+
+        statements = cluster_statements(statements, cluster)
     for statement in statements:
         store.command(statement)
     return len(statements)
