@@ -52,6 +52,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                     color=not args.no_color)
 
 
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    from detector.operator import resolve_token, run_sessions
+
+    return run_sessions(args.endpoint, resolve_token(args.token, args.data_dir), args.limit, args.offset,
+                        not args.no_color)
+
+
+def _cmd_session(args: argparse.Namespace) -> int:
+    from detector.operator import resolve_token, run_session
+
+    return run_session(args.endpoint, resolve_token(args.token, args.data_dir), args.session_id, not args.no_color)
+
+
+def _add_admin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint", default="http://127.0.0.1:8080", help="the service's API (default %(default)s)")
+    p.add_argument("--token", help="admin token (default: $LOOP_DETECTOR_ADMIN_TOKEN or <data-dir>/admin-token)")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    p.add_argument("--no-color", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loop-detector", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--calls", type=int, default=14)
     demo.add_argument("--no-color", action="store_true")
     demo.set_defaults(func=_cmd_demo)
+
+    sessions = sub.add_parser("sessions", help="tracked sessions: level, confidence, dominant signal")
+    _add_admin_args(sessions)
+    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--offset", type=int, default=0)
+    sessions.set_defaults(func=_cmd_sessions)
+
+    session = sub.add_parser("session", help="one session: escalation timeline and signals")
+    _add_admin_args(session)
+    session.add_argument("session_id")
+    session.set_defaults(func=_cmd_session)
     return parser
 
 
