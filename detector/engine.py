@@ -488,7 +488,7 @@ class Engine:
 
     # -- decisions -------------------------------------------------------------------------------
     def decision_for(self, st: ScopeState) -> Decision:
-        """The scope's decision: its escalation level, strengthened by any rule tripped on it."""
+        """The scope's decision: its escalation level, strengthened by any enforced blocking rule tripped on it."""
         cfg = self.cfg_for(st.virtual_key)
         action = LEVEL_ACTION[st.level]
         base = Decision(
@@ -501,13 +501,14 @@ class Engine:
         )
         candidates = [base]
         for trip in st.trips.values():
-            if trip.mode == "dry_run":
+            # notify: log, event, webhook, metric, and the run continues untouched; dry run: the same,
+            # recording what a block would have done. Only an enforced block changes the decision.
+            if trip.action != "block" or trip.mode != "enforce":
                 continue
             candidates.append(Decision(
-                scope=st.scope, scope_id=st.scope_id, session_id=st.session_id,
-                action="block" if trip.action == "block" else "warn", level=st.level,
+                scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action="block", level=st.level,
                 confidence=round(st.confidence, 6), dominant_signal=st.dominant, detector=trip.detector,
-                reason=trip.detector if trip.action == "block" else "", rule_name=trip.rule,
+                reason=trip.detector, rule_name=trip.rule,
                 expires_at_us=trip.expires_ns // 1000 if trip.expires_ns else 0,
             ))
         best = strongest(candidates)
