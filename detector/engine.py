@@ -26,11 +26,8 @@ from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, Escalation, break_instruction
 from detector.models import Call, Turn, ns_to_ch
 from detector.rules import (
-    ExactRepeatParams,
-    FailureLoopParams,
+    PARAM_MODELS,
     FailureStreak,
-    TraceCapParams,
-    VelocityParams,
     VelocityState,
     failure_loop_tripped,
     find_repeat_cycle,
@@ -238,12 +235,15 @@ class Engine:
         self.states: dict[tuple[str, str], ScopeState] = {}
         self.trace_sessions: dict[str, str] = {}
         self._key_cfg: dict[str, LoopDetectionConfig] = {}
+        self._params: dict[str, Any] = {}
 
     # -- configuration -------------------------------------------------------------------------
     def reconfigure(self, config: AppConfig) -> None:
         """Apply a new config; as specified, session state is cleared (circuit-breaker reset semantics)."""
         self.config = config
+        self.owns_unknown_traces = config.detector.shard_count == 1
         self._key_cfg.clear()
+        self._params.clear()
         self.states.clear()
         self.trace_sessions.clear()
 
@@ -402,22 +402,29 @@ class Engine:
         ))
         return history, signals
 
+    def _rule_params(self, rule: Rule) -> Any:
+        """The rule's parameter model, validated once per configuration (not per call)."""
+        params = self._params.get(rule.name)
+        if params is None:
+            params = self._params[rule.name] = PARAM_MODELS[rule.detector](**rule.params)
+        return params
+
     def _evaluate_rule(self, rule: Rule, trace: ScopeState, session: ScopeState, turn: Turn, out: CycleOutput) -> None:
         target = trace
+        params = self._rule_params(rule)
         detail = ""
         expires_ns = 0
         if rule.detector == "exact_prompt_repeat":
-            match = find_repeat_cycle(list(trace.request_fps), ExactRepeatParams(**rule.params))
+            match = find_repeat_cycle(list(trace.request_fps), params)
             tripped = match is not None
             if match:
                 detail = f"cycle of {match[0]} call(s) repeated {match[1]} times"
         elif rule.detector == "trace_cap":
-            params = TraceCapParams(**rule.params)
             tripped = trace_cap_exceeded(trace.calls, trace.cost_usd, trace.tokens, params)
             if tripped:
                 detail = f"{params.unit} cap {params.threshold:g} reached"
         elif rule.detector == "failure_loop":
-            kind = failure_loop_tripped(trace.failure.streaks(), FailureLoopParams(**rule.params))
+            kind = failure_loop_tripped(trace.failure.streaks(), params)
             tripped = kind is not None
             detail = kind or ""
         elif rule.detector == "velocity":
@@ -432,7 +439,7 @@ class Engine:
             target.first_ns = target.first_ns or turn.ts_ns
             vstate = target.velocity.setdefault(rule.name, VelocityState())
             override = self.config.virtual_keys.get(turn.call.virtual_key)
-            tripped = vstate.update(turn.ts_ns, turn.tokens, VelocityParams(**rule.params),
+            tripped = vstate.update(turn.ts_ns, turn.tokens, params,
                                     override.tpm_limit if override else None)
             expires_ns = turn.ts_ns + 60 * 10**9
             if tripped:

@@ -66,12 +66,12 @@ class Call:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Call:
-        values = dict(row)
-        values["is_error"] = bool(values.get("is_error", 0))
-        values["has_content"] = bool(values.get("has_content", 0))
+        """Build from a query row (the row dict is reused: callers hand over rows they just parsed)."""
+        row["is_error"] = bool(row.get("is_error", 0))
+        row["has_content"] = bool(row.get("has_content", 0))
         for name in ("finish_reasons", "out_tool_names", "out_tool_fps"):
-            values[name] = tuple(values.get(name) or ())
-        return cls(**values)
+            row[name] = tuple(row.get(name) or ())
+        return cls(**row)
 
     @property
     def is_llm(self) -> bool:
