@@ -1,23 +1,42 @@
-"""The HTTP API (FastAPI): the enforcement decision for agents, health, and (later modules) admin.
+"""The HTTP API (FastAPI): enforcement for agents, the block list, budget status, health, admin.
 
-Decisions are served from the in-memory :class:`~detector.decisions.DecisionBook` that the detector
-cycle keeps current, so a check costs a dictionary lookup, not a query.
+Enforcement reads only memory (the :class:`~detector.enforcement.Enforcer` over the decision book the
+detector cycle keeps current, manual actions, budget totals and the pending-call windows), so a check
+costs dictionary lookups, never a query.
+
+* ``POST /v1/check``: the decision for the call about to be made (optionally with its fingerprints);
+  200 with the decision, or 429 with the spec's body and ``Retry-After: 60`` when it must not proceed.
+* ``GET /v1/decision``: the same decision as a plain read (always 200, nothing recorded).
+* ``GET /v1/blocklist``: everything blocked now, with an ``ETag`` (``304`` on ``If-None-Match``).
+* ``GET /api/budgets/status``: the ``budget_ok`` pre-flight (``X-Cost-Feature``, ``X-Cost-Session``, ``X-Cost-Key``).
+* ``/admin/loop-detection/...`` and ``/admin/config/reload``: see :mod:`detector.admin`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import json
+from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import FastAPI, Query, Response
-from pydantic import BaseModel, Field
+import orjson
+from fastapi import FastAPI, Header, Query, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detector import __version__
+from detector.admin import admin_router, config_router
+from detector.decisions import RETRY_AFTER_SECONDS, Decision, block_body, warning_header
+from detector.enforcement import etag_matches
 
 if TYPE_CHECKING:
     from detector.server import Service
 
 Action = Literal["allow", "warn", "throttle", "inject", "block"]
 Level = Literal["none", "warn", "throttle", "inject", "hard_stop"]
+
+ID_MAX = 512
+TRACE_MAX = 64
+FINGERPRINT_MAX = 256
+TOOL_ARGUMENTS_MAX = 16 * 1024  # bytes of canonical JSON
+WARNING_HEADER = "x-loop-warning"
 
 
 class DecisionOut(BaseModel):
@@ -30,10 +49,97 @@ class DecisionOut(BaseModel):
     detector: str = Field(description="which detector decided: confidence, a rule detector, budget, manual, none")
     scope: str = Field(description="the scope whose decision won: trace | session | key | feature")
     reason: str = Field("", description="for block: why the call must not proceed")
-    rule_name: str = ""
+    rule_name: str = Field("", description="the rule or budget that decided, if any")
     delay_seconds: float = Field(0.0, description="for throttle: how long to wait before the call")
     instruction: str = Field("", description="for inject: the text to add to the system prompt")
     session_id: str = ""
+
+
+class BlockedError(BaseModel):
+    reason: str = Field(description="loop_detected | session_blocked | key_revoked | budget_exhausted | the "
+                                    "detector of a blocking rule (exact_prompt_repeat, trace_cap, failure_loop, velocity)")
+    session_id: str
+    confidence: float
+    dominant_signal: str
+    enforcement_level: Literal["hard_stop"]
+    scope: str = ""
+    rule_name: str = ""
+
+
+class BlockedOut(BaseModel):
+    """The HTTP 429 body: the call must not proceed (``Retry-After: 60``)."""
+
+    error: BlockedError
+
+
+class Pending(BaseModel):
+    """The call about to be made, as fingerprints (never its content)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_fingerprint: str | None = Field(
+        None, min_length=1, max_length=FINGERPRINT_MAX,
+        description="opaque fingerprint of the whole request, e.g. sha256 of the canonical model + messages")
+    tool_name: str | None = Field(None, min_length=1, max_length=FINGERPRINT_MAX,
+                                  description="the tool about to be run")
+    tool_arguments: dict[str, Any] | list[Any] | str | None = Field(
+        None, description="its arguments (object, or a JSON string); compared by value, canonically")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Pending:
+        if self.tool_arguments is not None and self.tool_name is None:
+            raise ValueError("tool_arguments needs tool_name")
+        if self.tool_arguments is not None:
+            size = len(self.tool_arguments) if isinstance(self.tool_arguments, str) else len(
+                json.dumps(self.tool_arguments, separators=(",", ":"), default=str))
+            if size > TOOL_ARGUMENTS_MAX:
+                raise ValueError(f"tool_arguments larger than {TOOL_ARGUMENTS_MAX} bytes")
+        return self
+
+
+class CheckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = Field(min_length=1, max_length=ID_MAX)
+    trace_id: str | None = Field(None, max_length=TRACE_MAX, description="the OTel trace id (32 hex digits)")
+    virtual_key: str | None = Field(None, max_length=ID_MAX)
+    feature: str | None = Field(None, max_length=ID_MAX)
+    pending: Pending | None = None
+
+
+class BudgetLine(BaseModel):
+    name: str
+    scope: Literal["feature", "session", "key"]
+    id: str
+    period: Literal["run", "day", "month"]
+    spent_usd: float
+    limit_usd: float
+    action: Literal["alert", "block"]
+    exhausted: bool
+    resets_at: float | None = Field(None, description="unix seconds when the period rolls over (none for run)")
+
+
+class BudgetStatusOut(BaseModel):
+    can_proceed: bool = Field(description="false when the call must not proceed (an exhausted blocking budget, or "
+                                          "any other block: the same answer POST /v1/check would give)")
+    reason: str = ""
+    budgets: list[BudgetLine]
+
+
+class BlockEntry(BaseModel):
+    id: str
+    reason: str
+    detector: str
+    rule_name: str
+    expires_at: float | None = Field(description="unix seconds; null: until lifted")
+
+
+class BlocklistOut(BaseModel):
+    sessions: list[BlockEntry]
+    traces: list[BlockEntry]
+    keys: list[BlockEntry]
+    features: list[BlockEntry]
+    count: int
 
 
 class Health(BaseModel):
@@ -42,6 +148,27 @@ class Health(BaseModel):
     watermark_us: int
     cycles: int
     last_cycle_seconds: float
+
+
+def decision_payload(d: Decision, session_id: str) -> dict[str, Any]:
+    return {
+        "action": d.action, "level": d.level, "confidence": d.confidence, "dominant_signal": d.dominant_signal,
+        "detector": d.detector, "scope": d.scope, "reason": d.reason, "rule_name": d.rule_name,
+        "delay_seconds": d.delay_seconds, "instruction": d.instruction, "session_id": session_id,
+    }
+
+
+def _json(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json", headers=headers)
+
+
+def enforcement_response(d: Decision, session_id: str) -> Response:
+    """200 with the decision (plus ``x-loop-warning`` from warn up), or 429 with the spec's body."""
+    headers = {WARNING_HEADER: warning_header(d)} if d.action != "allow" else {}
+    if d.action == "block":
+        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return _json(block_body(d, session_id), 429, headers)
+    return _json(decision_payload(d, session_id), 200, headers)
 
 
 def create_api(service: Service) -> FastAPI:
@@ -63,19 +190,60 @@ def create_api(service: Service) -> FastAPI:
         """Prometheus metrics."""
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"])
-    def decision(
-        session_id: str = Query(min_length=1, max_length=512),
-        trace_id: str | None = Query(None, max_length=64),
-        virtual_key: str | None = Query(None, max_length=512),
-        feature: str | None = Query(None, max_length=512),
-    ) -> DecisionOut:
-        """The current decision for a call in these scopes. An unknown session is ``allow``."""
-        d = service.book.lookup(session_id, trace_id, virtual_key, feature)
-        return DecisionOut(
-            action=d.action, level=d.level, confidence=d.confidence, dominant_signal=d.dominant_signal,  # type: ignore[arg-type]
-            detector=d.detector, scope=d.scope, reason=d.reason, rule_name=d.rule_name,
-            delay_seconds=d.delay_seconds, instruction=d.instruction, session_id=session_id,
-        )
+    blocked_doc: dict[int | str, dict[str, Any]] = {
+        429: {"model": BlockedOut, "description": "the call must not proceed (Retry-After: 60)"}}
 
+    @app.post("/v1/check", response_model=DecisionOut, responses=blocked_doc, tags=["enforcement"])
+    async def check(body: CheckRequest) -> Response:
+        """The decision for the call about to be made. With ``pending`` (its fingerprints), the call is
+        recorded and a call that would complete a loop of a blocking rule in enforce mode is refused before
+        it is sent. An unknown session is ``allow``. 429 when the call must not proceed."""
+        pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
+        d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
+                                    body.feature or None, pending=pending or None)
+        return enforcement_response(d, body.session_id)
+
+    @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"])
+    async def decision(
+        session_id: str = Query(min_length=1, max_length=ID_MAX),
+        trace_id: str | None = Query(None, max_length=TRACE_MAX),
+        virtual_key: str | None = Query(None, max_length=ID_MAX),
+        feature: str | None = Query(None, max_length=ID_MAX),
+    ) -> Response:
+        """The current decision for a call in these scopes, as a plain read (always 200; nothing recorded).
+        An unknown session is ``allow``."""
+        d = service.enforcer.decide(session_id, trace_id or None, virtual_key or None, feature or None)
+        headers = {WARNING_HEADER: warning_header(d)} if d.action != "allow" else None
+        return _json(decision_payload(d, session_id), 200, headers)
+
+    @app.get("/v1/blocklist", response_model=BlocklistOut, tags=["enforcement"],
+             responses={304: {"description": "not modified (If-None-Match matched the ETag)"}})
+    async def blocklist(if_none_match: str | None = Header(None, max_length=1024)) -> Response:
+        """Everything blocked now (sessions, traces, keys, features) with expiry times; ``ETag`` / ``304``."""
+        body, etag = service.enforcer.blocklist()
+        headers = {"ETag": etag, "Cache-Control": "no-cache"}
+        if etag_matches(if_none_match, etag):
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
+
+    @app.get("/api/budgets/status", response_model=BudgetStatusOut, tags=["budgets"])
+    async def budget_status(
+        x_cost_feature: str | None = Header(None, max_length=ID_MAX),
+        x_cost_session: str | None = Header(None, max_length=ID_MAX),
+        x_cost_key: str | None = Header(None, max_length=ID_MAX),
+    ) -> Response:
+        """The ``budget_ok`` pre-flight: every budget that applies to this feature / session / key with its
+        spend in the current period, and whether the call may proceed."""
+        ids = {"feature": x_cost_feature or None, "session": x_cost_session or None, "key": x_cost_key or None}
+        lines = [s.as_dict() for s in service.enforcer.budgets.status(ids)]
+        can_proceed, reason = True, ""
+        if x_cost_session:
+            d = service.enforcer.decide(x_cost_session, None, ids["key"], ids["feature"])
+            can_proceed, reason = d.action != "block", (d.reason if d.action == "block" else "")
+        elif any(line["exhausted"] and line["action"] == "block" for line in lines):
+            can_proceed, reason = False, "budget_exhausted"
+        return _json({"can_proceed": can_proceed, "reason": reason, "budgets": lines})
+
+    app.include_router(admin_router())
+    app.include_router(config_router())
     return app

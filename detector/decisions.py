@@ -17,8 +17,14 @@ from detector.escalation import ACTION_RANK
 
 SCOPES = ("trace", "session", "key", "feature")
 
-# Why a call is refused, as the 429 body's ``reason`` says it.
+# Why a call is refused, as the 429 body's ``reason`` says it. A blocking rule in enforce mode gives its
+# detector's name (``exact_prompt_repeat``, ``trace_cap``, ``failure_loop``, ``velocity``).
 REASON_LOOP = "loop_detected"
+REASON_SESSION_BLOCKED = "session_blocked"
+REASON_KEY_REVOKED = "key_revoked"
+REASON_BUDGET = "budget_exhausted"
+
+RETRY_AFTER_SECONDS = 60
 
 
 @dataclass(slots=True)
@@ -83,6 +89,24 @@ class Decision:
         return asdict(self)
 
 
+def warning_header(d: Decision) -> str:
+    """The ``x-loop-warning`` header value: ``{confidence:.3}; dominant_signal={name}`` (e.g. ``0.672; ...``)."""
+    return f"{d.confidence:.3f}; dominant_signal={d.dominant_signal}"
+
+
+def block_body(d: Decision, session_id: str) -> dict[str, object]:
+    """The HTTP 429 body of the spec for a refused call; ``reason`` says which detector or action refused it."""
+    return {"error": {
+        "reason": d.reason or REASON_LOOP,
+        "session_id": session_id,
+        "confidence": round(d.confidence, 6),
+        "dominant_signal": d.dominant_signal,
+        "enforcement_level": "hard_stop",
+        "scope": d.scope,
+        "rule_name": d.rule_name,
+    }}
+
+
 def strongest(decisions: Iterable[Decision]) -> Decision | None:
     """The decision with the strongest action; on a tie, the higher confidence, then the first given."""
     best: Decision | None = None
@@ -125,6 +149,11 @@ class DecisionBook:
     def all(self) -> list[Decision]:
         with self._lock:
             return list(self._by_scope.values())
+
+    def blocked(self, now_us: int | None = None) -> list[Decision]:
+        """Every scope whose current decision is ``block`` (and not expired)."""
+        now_us = now_us if now_us is not None else int(time.time() * 1e6)
+        return [d for d in self.all() if d.action == "block" and d.active(now_us)]
 
     def lookup(
         self,

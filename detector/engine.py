@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from detector.budgets import BudgetTracker
 from detector.config import SIGNAL_NAMES, AppConfig, LoopDetectionConfig, Rule
 from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, Escalation, break_instruction
@@ -236,6 +237,7 @@ class Engine:
         self.trace_sessions: dict[str, str] = {}
         self._key_cfg: dict[str, LoopDetectionConfig] = {}
         self._params: dict[str, Any] = {}
+        self.budgets = BudgetTracker(config.budgets)  # spend totals: kept across reconfigure (spent is spent)
 
     # -- configuration -------------------------------------------------------------------------
     def reconfigure(self, config: AppConfig) -> None:
@@ -246,6 +248,7 @@ class Engine:
         self._params.clear()
         self.states.clear()
         self.trace_sessions.clear()
+        self.budgets.set_budgets(config.budgets)
 
     def cfg_for(self, virtual_key: str) -> LoopDetectionConfig:
         cfg = self._key_cfg.get(virtual_key)
@@ -342,6 +345,9 @@ class Engine:
         for rule in self.config.rules:
             if rule.enabled:
                 self._evaluate_rule(rule, trace, session, turn, out)
+        out.events.extend(self.budgets.account(ts_ns=call.ts_ns, cost_usd=turn.cost_usd, session_id=session_id,
+                                               virtual_key=call.virtual_key, feature=call.feature,
+                                               trace_id=call.trace_id, span_id=call.span_id))
         out.calls_scored += 1
 
     def _follows(self, call: Call) -> bool:
@@ -553,4 +559,5 @@ class Engine:
                 removed.append(self.states.pop(key))
         for trace_id in [t for t, s in self.trace_sessions.items() if s in dropped_ids]:
             del self.trace_sessions[trace_id]
+        self.budgets.forget("session", dropped_ids)
         return removed

@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from detector.budgets import load_totals, save_totals
 from detector.config import AppConfig
 from detector.decisions import Decision, DecisionBook
 from detector.engine import CycleOutput, Engine, ScopeState
@@ -96,6 +97,7 @@ class DetectorJob:
         self.lock = threading.RLock()
         self.version = Versioner()
         self.on_cycle = on_cycle if on_cycle is not None else []
+        self.on_evict: list[Callable[[list[ScopeState]], None]] = []  # e.g. the API's pending-call windows
         self.watermark_us = 0  # calls up to here are in the engine
         self.processed_us = 0  # calls up to here have had their scores and events written
         self.checkpoint_us = 0  # the engine state persisted in loop_state is as of here
@@ -113,6 +115,11 @@ class DetectorJob:
         index, count = self.shard
         return f"{name}:{index}/{count}"
 
+    @property
+    def _shard_key(self) -> str:
+        index, count = self.shard
+        return f"{index}/{count}"
+
     def _meta(self, name: str) -> int:
         rows = self.store.rows(SELECT_META, {"key": self._meta_key(name)})
         return int(rows[0]["value"]) if rows else 0
@@ -126,6 +133,7 @@ class DetectorJob:
         self.watermark_us = self.checkpoint_us
         decisions = [Decision.from_row(r) for r in self.store.rows(SELECT_DECISIONS)]
         self.book.put(decisions)
+        load_totals(self.store, self.engine.budgets, self.config, self._shard_key, self.checkpoint_us)
         log.info("detector resumed", extra={"checkpoint_us": self.checkpoint_us, "processed_us": self.processed_us,
                                             "decisions": len(decisions)})
 
@@ -152,6 +160,7 @@ class DetectorJob:
         out = self.engine.process(calls, now_us=now_us)
         self.unsaved.update(out.dirty)
         if not replay:
+            out.events.extend(self.engine.budgets.drain_events())  # exhaustions the API announced
             insert_rows(self.store, "otel.loop_scores", out.scores)
             insert_rows(self.store, "otel.loop_events", out.events)
         version = self.version()
@@ -193,6 +202,8 @@ class DetectorJob:
             version = self.version()
             live = [st for key, st in self.unsaved.items() if self.engine.states.get(key) is st]
             insert_rows(self.store, "otel.loop_state", (st.to_row(version) for st in live))
+            self.engine.budgets.prune(self.watermark_us)
+            save_totals(self.store, self.engine.budgets, self._shard_key, version)
             insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("checkpoint"),
                                                         "value": str(self.watermark_us), "version": self.version()}])
             self.checkpoint_us = self.watermark_us
@@ -216,6 +227,11 @@ class DetectorJob:
             removed = self.engine.evict(now_us)
             if not removed:
                 return 0
+            for observer in self.on_evict:
+                try:
+                    observer(removed)
+                except Exception:
+                    log.exception("eviction observer failed")
             version = self.version()
             rows = []
             for st in removed:
@@ -246,6 +262,13 @@ class DetectorJob:
         if (scope, scope_id) not in self.engine.states:
             rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": [scope_id]})
             self.engine.adopt(ScopeState.from_row(r, self.config.loop_detection.history_depth) for r in rows)
+
+    def update_budgets(self, config: AppConfig) -> None:
+        """Swap the budgets (nothing else changed): no state is cleared, spend totals stay."""
+        with self.lock:
+            self.config = config
+            self.engine.config = config
+            self.engine.budgets.set_budgets(config.budgets)
 
     def reconfigure(self, config: AppConfig) -> None:
         """Apply a new config and clear session state (as specified for hot reload)."""

@@ -27,10 +27,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from detector.api import create_api
 from detector.config import AppConfig, ConfigError, load_config
 from detector.decisions import DecisionBook
+from detector.enforcement import Enforcer
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.job import DetectorJob
 from detector.logs import TransitionLogger
+from detector.manual import ManualActions
 from detector.metrics import Metrics
+from detector.policy import PolicyOverrides
+from detector.preflight import PendingWindows
 from detector.store import Store, apply_schema, open_store
 from detector.webhooks import WebhookDispatcher
 
@@ -76,9 +80,18 @@ class Service:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = store or open_store(self.data_dir, config.store.url)
         apply_schema(self.store, cluster=config.store.cluster)
+        self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
+        config = self.config = self.policy.apply(config)
         self.book = DecisionBook()
         self.job = DetectorJob(self.store, config, self.book)
         self.job.load()
+        self.manual = ManualActions(self.store)
+        self.manual.load()
+        self.preflight = PendingWindows()
+        self.job.on_evict.append(lambda removed: self.preflight.forget_sessions(
+            {st.scope_id for st in removed if st.scope == "session"}))
+        self.enforcer = Enforcer(self.book, self.manual, lambda: self.job.engine.budgets, self.preflight,
+                                 lambda: self.config.rules)
         self.admin_token = resolve_admin_token(config, self.data_dir)
         self.ingest_metrics = IngestMetrics()
         self.started_at = time.time()
@@ -103,6 +116,8 @@ class Service:
     def _evict(self) -> None:
         try:
             self.job.evict()
+            timeout_us = self.config.loop_detection.session_timeout_minutes * 60 * 10**6
+            self.preflight.evict_idle(int(time.time() * 1e6) - timeout_us)
         except Exception:
             log.exception("eviction failed")
 
@@ -131,7 +146,7 @@ class Service:
             except ConfigError as exc:
                 log.error("config reload rejected", extra={"errors": exc.errors})
                 return exc.errors
-            self.apply_config(config)
+            self.apply_config(self.policy.apply(config))
             return []
 
     def apply_config(self, config: AppConfig) -> None:
@@ -140,6 +155,11 @@ class Service:
         if self.scheduler is not None:
             self.scheduler.reschedule_job("detect", trigger="interval", seconds=config.detector.interval_seconds)
         log.info("config applied; session state cleared")
+
+    def apply_budgets(self, config: AppConfig) -> None:
+        """Apply a config whose budgets changed (and nothing else): spend totals and session state are kept."""
+        self.config = config
+        self.job.update_budgets(config)
 
     # -- running ----------------------------------------------------------------------------------
     async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True) -> None:
