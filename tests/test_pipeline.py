@@ -12,7 +12,6 @@ import uuid
 import httpx
 import pytest
 
-from detector.config import AppConfig
 from detector.demo import healthy_step, looping_step
 from detector.escalation import LEVEL_RANK
 from detector.server import running_service
@@ -51,14 +50,6 @@ def run_agents(otlp: str, api: str, sessions: dict[str, object], steps: int, cap
         for r in runs.values():
             r["span"].end()
     return timeline
-
-
-@pytest.fixture()
-def fast_config() -> AppConfig:
-    config = AppConfig()
-    config.detector.interval_seconds = 0.1
-    config.detector.checkpoint_seconds = 0
-    return config
 
 
 @pytest.mark.parametrize("capture_content", [True, False], ids=["content", "no-content"])
