@@ -1,0 +1,278 @@
+"""The embedded OTLP/HTTP trace receiver: ``POST /v1/traces`` (default port 4318).
+
+Per the OTLP/HTTP specification:
+
+- bodies are ``application/x-protobuf`` or ``application/json`` (parameters such as ``charset`` are
+  ignored), optionally ``Content-Encoding: gzip`` (or ``deflate``, which the Python SDK offers); anything
+  else is ``415``;
+- ``200`` carries an ``ExportTraceServiceResponse`` in the request's encoding, with
+  ``partial_success`` (``rejected_spans``, ``error_message``) when some spans were rejected;
+- ``400`` for a body that cannot be decoded (corrupt or truncated gzip, bad protobuf, bad JSON), its
+  body a ``google.rpc.Status`` in the request's encoding (JSON when the encoding is unknown);
+- ``413`` when the body, compressed or decompressed, exceeds ``max_body_bytes`` (decompression stops
+  at the limit, so a gzip bomb costs at most that much memory);
+- ``503`` with ``Retry-After`` when the store fails: retryable, nothing of the request is
+  acknowledged.
+
+``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
+materialized view into ``otel.genai_calls`` included). Decoding runs in worker threads and inserts in
+another, so the event loop only moves bytes. Requests that arrive while an insert is running are
+committed together in the next insert (group commit): one larger insert is cheaper per row than
+several small ones, and every request still waits for the insert that holds its own rows.
+
+Attribute values are never logged (they may hold prompts): log lines carry counts, positions,
+reasons and error codes only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from detector.config import IngestSettings
+from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf
+from detector.store import Store, encode_rows
+
+log = logging.getLogger("loop_detector.ingest")
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+COMPRESSED = ("gzip", "deflate")
+
+# google.rpc.Code values carried in the error bodies
+CODE_INVALID_ARGUMENT = 3
+CODE_UNAVAILABLE = 14
+
+RETRY_AFTER_SECONDS = 5
+# One group commit stops adding requests once its JSONEachRow payload reaches this size.
+MAX_GROUP_BYTES = 64 * 1024 * 1024
+# Requests decoded at once. Decoding holds the GIL, so more threads would not decode faster; one
+# thread finishes the first request of a burst soonest, so the first insert starts soonest.
+DECODE_THREADS = 1
+
+
+@dataclass
+class IngestMetrics:
+    """Counters the receiver updates (read by ``/metrics`` and tests)."""
+
+    spans_accepted: int = 0
+    spans_rejected: int = 0
+    requests_by_status: Counter[int] = field(default_factory=Counter)
+    inserts: int = 0  # store inserts (one per group commit)
+    insert_seconds: float = 0.0  # wall time spent inside the store's insert
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BadBody(Exception):
+    pass
+
+
+def inflate_limited(data: bytes, limit: int, encoding: str = "gzip") -> bytes:
+    """Decompress a ``gzip`` (every member) or ``deflate`` (zlib-wrapped or raw) body, refusing to
+    produce more than ``limit`` bytes."""
+    out: list[bytes] = []
+    size = 0
+    while True:
+        if encoding == "gzip":
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        else:  # HTTP deflate is zlib-wrapped; some clients send raw deflate
+            raw = len(data) < 2 or (data[0] & 0x0F) != 8 or ((data[0] << 8) | data[1]) % 31
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+        try:
+            chunk = inflater.decompress(data, limit - size + 1)
+        except zlib.error as exc:
+            raise _BadBody(f"{encoding} body is corrupt: {exc}") from None
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(f"decompressed body exceeds max_body_bytes ({limit} bytes)")
+        out.append(chunk)
+        if not inflater.eof:
+            raise _BadBody(f"{encoding} body is truncated ({len(data)} compressed bytes, stream incomplete)")
+        data = inflater.unused_data
+        if not data or encoding != "gzip":
+            if data:
+                raise _BadBody(f"{encoding} body has {len(data)} bytes of trailing garbage")
+            return b"".join(out)
+
+
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def _decode(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[DecodeResult, bytes]:
+    """Worker-thread part of a request: decompress, decode, encode the rows for the insert."""
+    if encoding in COMPRESSED:
+        body = inflate_limited(body, settings.max_body_bytes, encoding)
+    result = decode_protobuf(body, settings) if media == PROTOBUF else decode_json(body, settings)
+    payload = encode_rows(result.rows)
+    return result, payload
+
+
+def _safe_error(exc: BaseException) -> str:
+    """An exception as type and ClickHouse error code only: messages may quote row data."""
+    match = re.search(r"Code: (\d+)", str(exc))
+    return f"{type(exc).__name__}{f' (ClickHouse code {match.group(1)})' if match else ''}"
+
+
+class GroupCommitter:
+    """Commits JSONEachRow payloads to the store one insert at a time, merging the payloads of the
+    requests that queued up while the previous insert ran."""
+
+    def __init__(self, store: Store, metrics: IngestMetrics, table: str = TRACES_TABLE,
+                 max_group_bytes: int = MAX_GROUP_BYTES) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.table = table
+        self.max_group_bytes = max_group_bytes
+        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def commit(self, payload: bytes) -> None:
+        """Return once ``payload`` is committed; raise what the store raised otherwise."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((payload, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        await asyncio.shield(future)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            group: list[tuple[bytes, asyncio.Future[None]]] = []
+            size = 0
+            while self._pending and (not group or size + len(self._pending[0][0]) <= self.max_group_bytes):
+                payload, future = self._pending.pop(0)
+                group.append((payload, future))
+                size += len(payload) + 1
+            try:
+                await anyio.to_thread.run_sync(self._insert, [p for p, _ in group])
+            except BaseException as exc:  # every request of the group gets the store's failure
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("insert cancelled"))
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                self.metrics.inserts += 1
+                for _, future in group:
+                    if not future.done():
+                        future.set_result(None)
+
+    def _insert(self, payloads: list[bytes]) -> None:
+        started = time.perf_counter()
+        try:
+            self.store.insert_json(self.table, payloads[0] if len(payloads) == 1 else b"\n".join(payloads))
+        finally:
+            self.metrics.insert_seconds += time.perf_counter() - started
+
+
+def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None) -> Starlette:
+    """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``."""
+    metrics = metrics if metrics is not None else IngestMetrics()
+    committer = GroupCommitter(store, metrics)
+    decoders = anyio.CapacityLimiter(DECODE_THREADS)
+    limit = settings.max_body_bytes
+
+    def status_reply(http_status: int, media: str, code: int, message: str,
+                     headers: dict[str, str] | None = None) -> Response:
+        metrics.requests_by_status[http_status] += 1
+        if media == PROTOBUF:
+            body = Status(code=code, message=message).SerializeToString()
+        else:
+            media, body = JSON, orjson.dumps({"code": code, "message": message})
+        return Response(body, http_status, headers=headers, media_type=media)
+
+    def export_reply(media: str, result: DecodeResult) -> Response:
+        metrics.requests_by_status[200] += 1
+        if media == PROTOBUF:
+            response = ExportTraceServiceResponse()
+            if result.rejected:
+                response.partial_success.rejected_spans = result.rejected
+                response.partial_success.error_message = result.error_message
+            return Response(response.SerializeToString(), 200, media_type=PROTOBUF)
+        document: dict[str, Any] = {}
+        if result.rejected:
+            document["partialSuccess"] = {"rejectedSpans": str(result.rejected), "errorMessage": result.error_message}
+        return Response(orjson.dumps(document), 200, media_type=JSON)
+
+    async def read_body(request: Request) -> bytes | None:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def export_traces(request: Request) -> Response:
+        raw_type = request.headers.get("content-type")
+        media = _media_type(raw_type)
+        if media not in (PROTOBUF, JSON):
+            return status_reply(415, JSON, CODE_INVALID_ARGUMENT,
+                                f"unsupported Content-Type {raw_type!r}: send {PROTOBUF} or {JSON}")
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in COMPRESSED and encoding not in ("identity", ""):
+            return status_reply(415, media, CODE_INVALID_ARGUMENT,
+                                f"unsupported Content-Encoding {encoding!r}: send gzip, deflate or identity")
+        declared = request.headers.get("content-length", "")
+        too_large = f"request body exceeds max_body_bytes ({limit} bytes)"
+        if declared.isdigit() and int(declared) > limit:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        try:
+            body = await read_body(request)
+        except ClientDisconnect:  # nobody is left to answer; count it and move on
+            metrics.requests_by_status[499] += 1
+            return Response(status_code=400)
+        if body is None:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        try:
+            result, payload = await anyio.to_thread.run_sync(
+                _decode, body, encoding, media, settings, limiter=decoders)
+        except _TooLarge as exc:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
+        except (_BadBody, OTLPDecodeError) as exc:
+            log.info("OTLP request rejected: %s", exc)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        del body
+        if result.rows:
+            try:
+                await committer.commit(payload)
+            except Exception as exc:
+                reason = _safe_error(exc)
+                log.error("OTLP insert failed: %s; %d spans not acknowledged (client will retry)",
+                          reason, result.accepted)
+                return status_reply(503, media, CODE_UNAVAILABLE, f"store unavailable: insert failed: {reason}",
+                                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        metrics.spans_accepted += result.accepted
+        metrics.spans_rejected += result.rejected
+        if result.rejected:
+            log.warning("OTLP partial success: %s", result.error_message)
+        return export_reply(media, result)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    app = Starlette(routes=[
+        Route("/v1/traces", export_traces, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ])
+    app.state.ingest_metrics = metrics
+    app.state.committer = committer
+    return app
