@@ -18,18 +18,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from detector.config import Budget, ConfigError, Rule
 from detector.sessions import list_sessions, session_detail, stats
+from detector.store import StoreError
 
 if TYPE_CHECKING:
     from detector.server import Service
 
 ID_MAX = 512
 
+# Ids are passed as one-element arrays: every store quotes array parameters exactly, whatever the characters.
 SELECT_SESSION_TRACES = """
 SELECT scope_id FROM otel.loop_state FINAL
-WHERE scope = 'trace' AND session_id = {session_id:String} AND deleted = 0
+WHERE scope = 'trace' AND session_id IN {ids:Array(String)} AND deleted = 0
 """
 SESSION_EXISTS = """
-SELECT count() AS n FROM otel.loop_state FINAL WHERE scope = 'session' AND scope_id = {session_id:String} AND deleted = 0
+SELECT count() AS n FROM otel.loop_state FINAL WHERE scope = 'session' AND scope_id IN {ids:Array(String)} AND deleted = 0
 """
 
 
@@ -150,7 +152,10 @@ def admin_router() -> APIRouter:
     @router.get("/sessions/{session_id}", responses={404: {"description": "unknown session"}})
     def session(request: Request, session_id: str = SessionId) -> dict[str, Any]:
         """One session's full state: confidence, level, timeline, signals, hashes, tokens and cost."""
-        detail = session_detail(_service(request).store, session_id)
+        try:
+            detail = session_detail(_service(request).store, session_id)
+        except StoreError:  # the embedded store cannot take some characters (e.g. a trailing backslash) as a
+            raise HTTPException(422, "this session id cannot be looked up by the store") from None  # parameter
         if detail is None:
             raise HTTPException(404, "unknown session")
         return detail
@@ -164,12 +169,12 @@ def admin_router() -> APIRouter:
         job = service.job
         with job.lock:
             known = ("session", session_id) in job.engine.states or service.store.rows(
-                SESSION_EXISTS, {"session_id": session_id})[0]["n"] > 0
+                SESSION_EXISTS, {"ids": [session_id]})[0]["n"] > 0
             if not known:
                 raise HTTPException(404, "unknown session")
             traces = {st.scope_id for st in job.engine.states.values()
                       if st.scope == "trace" and st.session_id == session_id}
-            traces |= {r["scope_id"] for r in service.store.rows(SELECT_SESSION_TRACES, {"session_id": session_id})}
+            traces |= {r["scope_id"] for r in service.store.rows(SELECT_SESSION_TRACES, {"ids": [session_id]})}
             job.reset_scope("session", session_id)
             for trace_id in sorted(traces):
                 job.reset_scope("trace", trace_id)
