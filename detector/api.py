@@ -18,8 +18,9 @@ import json
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from fastapi import FastAPI, Header, Query, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from detector import __version__
 from detector.admin import admin_router, config_router
@@ -142,6 +143,10 @@ class BlocklistOut(BaseModel):
     count: int
 
 
+class InvalidBody(BaseModel):
+    detail: list[dict[str, Any]] = Field(description="pydantic's errors: loc, msg, type")
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     version: str
@@ -193,11 +198,22 @@ def create_api(service: Service) -> FastAPI:
     blocked_doc: dict[int | str, dict[str, Any]] = {
         429: {"model": BlockedOut, "description": "the call must not proceed (Retry-After: 60)"}}
 
-    @app.post("/v1/check", response_model=DecisionOut, responses=blocked_doc, tags=["enforcement"])
-    async def check(body: CheckRequest) -> Response:
+    check_doc = {**blocked_doc, 422: {"model": InvalidBody, "description": "invalid body"}}
+    check_body = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/CheckRequest"}}}}}
+
+    @app.post("/v1/check", response_model=DecisionOut, responses=check_doc, tags=["enforcement"],
+              openapi_extra=check_body)
+    async def check(request: Request) -> Response:
         """The decision for the call about to be made. With ``pending`` (its fingerprints), the call is
         recorded and a call that would complete a loop of a blocking rule in enforce mode is refused before
         it is sent. An unknown session is ``allow``. 429 when the call must not proceed."""
+        # The hot path: the body is parsed and validated by pydantic-core in one step (the same model, and
+        # the same 422 shape, as a FastAPI body parameter, for a fraction of the per-request overhead).
+        try:
+            body = CheckRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return _json({"detail": exc.errors(include_url=False, include_context=False, include_input=False)}, 422)
         pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
         d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
                                     body.feature or None, pending=pending or None)
@@ -246,4 +262,16 @@ def create_api(service: Service) -> FastAPI:
 
     app.include_router(admin_router())
     app.include_router(config_router())
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            body_schema = CheckRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body_schema.pop("$defs", {}))
+            components["CheckRequest"] = body_schema
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -73,6 +73,16 @@ class PendingWindows:
         self.max_windows = max_windows
         self._lock = threading.Lock()
         self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self._params: dict[int, tuple[Rule, Any]] = {}  # id(rule) -> (rule, parsed params): parsed once
+
+    def _parsed(self, rule: Rule) -> Any:
+        cached = self._params.get(id(rule))
+        if cached is None or cached[0] is not rule:
+            model = ExactRepeatParams if rule.detector == "exact_prompt_repeat" else FailureLoopParams
+            if len(self._params) > 1000:
+                self._params.clear()
+            cached = self._params[id(rule)] = (rule, model(**rule.params))
+        return cached[1]
 
     def __len__(self) -> int:
         return len(self._windows)
@@ -114,11 +124,11 @@ class PendingWindows:
         for rule in rules:
             detail = ""  # why it trips (kept for debugging; never logged with content)
             if rule.detector == "exact_prompt_repeat" and fps:
-                match = find_repeat_cycle(fps, ExactRepeatParams(**rule.params))
+                match = find_repeat_cycle(fps, self._parsed(rule))
                 if match:
                     detail = f"pending call would repeat a cycle of {match[0]} call(s) {match[1]} times"
             elif rule.detector == "failure_loop" and streak:
-                need = FailureLoopParams(**rule.params).same_tool_repeats
+                need = self._parsed(rule).same_tool_repeats
                 if streak >= need:
                     detail = f"pending tool call would be the same call {streak} times back to back"
             if not detail:
