@@ -124,7 +124,13 @@ class PendingWindows:
         for rule in rules:
             detail = ""  # why it trips (kept for debugging; never logged with content)
             if rule.detector == "exact_prompt_repeat" and fps:
-                match = find_repeat_cycle(fps, self._parsed(rule))
+                params = self._parsed(rule)
+                # a cycle of length L repeated at least twice needs fps[-1] == fps[-1 - L]: when no L fits,
+                # nothing can match (the common case, decided without the full search)
+                n = min(len(fps), params.window)
+                if not any(fps[-1] == fps[-1 - length] for length in range(1, min(params.max_cycle_length, n - 1) + 1)):
+                    continue
+                match = find_repeat_cycle(fps, params)
                 if match:
                     detail = f"pending call would repeat a cycle of {match[0]} call(s) {match[1]} times"
             elif rule.detector == "failure_loop" and streak:

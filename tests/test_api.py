@@ -16,6 +16,8 @@ import httpx
 import pytest
 import yaml
 from enforcement_support import FAST_LEVELS, admin_headers, agent, make_config, repeat_step, uid
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detector.config import AppConfig
 from detector.server import ADMIN_TOKEN_ENV, resolve_admin_token, running_service
@@ -407,3 +409,23 @@ def test_openapi_fuzz_finds_no_server_errors(tmp_path):
         for operation in operations:
             fuzz(operation, eps.api, headers if operation.path.startswith("/admin") else {}, failures)
         assert not failures, failures
+
+
+# -- the pre-flight window, pure ---------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(seq=st.lists(st.integers(0, 3), max_size=30), window=st.integers(1, 100), max_cycle=st.integers(1, 5),
+       rep1=st.integers(2, 4))
+def test_preflight_window_agrees_with_find_repeat_cycle(seq, window, max_cycle, rep1):
+    from detector.config import Rule
+    from detector.preflight import PendingWindows, fingerprint_int
+    from detector.rules import ExactRepeatParams, find_repeat_cycle
+
+    params = {"window": window, "max_cycle_length": max_cycle, "repeats": {1: rep1}}
+    rule = Rule(name="r", detector="exact_prompt_repeat", action="block", params=params)
+    windows = PendingWindows()
+    fps: list[int] = []
+    for x in seq:
+        fps.append(fingerprint_int(str(x)))
+        got = windows.evaluate(session_id="s", trace_id="t", rules=[rule], now_us=0, request_fingerprint=str(x))
+        expected = find_repeat_cycle(fps, ExactRepeatParams(**params)) is not None
+        assert bool(got) == expected
