@@ -167,13 +167,56 @@ def _json(content: Any, status: int = 200, headers: dict[str, str] | None = None
     return Response(orjson.dumps(content), status_code=status, media_type="application/json", headers=headers)
 
 
-def enforcement_response(d: Decision, session_id: str) -> Response:
+def enforcement_answer(d: Decision, session_id: str) -> tuple[int, dict[str, str], bytes]:
     """200 with the decision (plus ``x-loop-warning`` from warn up), or 429 with the spec's body."""
     headers = {WARNING_HEADER: warning_header(d)} if d.action != "allow" else {}
     if d.action == "block":
         headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return _json(block_body(d, session_id), 429, headers)
-    return _json(decision_payload(d, session_id), 200, headers)
+        return 429, headers, orjson.dumps(block_body(d, session_id))
+    return 200, headers, orjson.dumps(decision_payload(d, session_id))
+
+
+def check_answer(service: Service, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``POST /v1/check``: the body parsed and validated by pydantic-core in one step (the same model and
+    422 shape as a FastAPI body parameter), then the decision."""
+    try:
+        body = CheckRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        return 422, {}, orjson.dumps({"detail": errors})
+    pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
+    d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
+                                body.feature or None, pending=pending or None)
+    return enforcement_answer(d, body.session_id)
+
+
+class FastCheck:
+    """Pure ASGI middleware serving ``POST /v1/check``, the hot path, without the router, the dependency
+    machinery and the inner middleware (only Starlette's outermost error handler runs before it). Every
+    other request goes to the FastAPI app, which also documents ``/v1/check`` in the OpenAPI schema (its
+    route gives the very same answers, through :func:`check_answer`)."""
+
+    def __init__(self, app: Any, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/check" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        status, headers, content = check_answer(self.service, b"".join(chunks))
+        raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+        raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": content})
 
 
 def create_api(service: Service) -> FastAPI:
@@ -207,17 +250,11 @@ def create_api(service: Service) -> FastAPI:
     async def check(request: Request) -> Response:
         """The decision for the call about to be made. With ``pending`` (its fingerprints), the call is
         recorded and a call that would complete a loop of a blocking rule in enforce mode is refused before
-        it is sent. An unknown session is ``allow``. 429 when the call must not proceed."""
-        # The hot path: the body is parsed and validated by pydantic-core in one step (the same model, and
-        # the same 422 shape, as a FastAPI body parameter, for a fraction of the per-request overhead).
-        try:
-            body = CheckRequest.model_validate_json(await request.body())
-        except ValidationError as exc:
-            return _json({"detail": exc.errors(include_url=False, include_context=False, include_input=False)}, 422)
-        pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
-        d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
-                                    body.feature or None, pending=pending or None)
-        return enforcement_response(d, body.session_id)
+        it is sent. An unknown session is ``allow``. 429 when the call must not proceed.
+
+        (Served by the :class:`FastCheck` middleware; this route documents it and gives the same answers.)"""
+        status, headers, content = check_answer(service, await request.body())
+        return Response(content, status_code=status, media_type="application/json", headers=headers)
 
     @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"])
     async def decision(
@@ -274,4 +311,5 @@ def create_api(service: Service) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(FastCheck, service=service)
     return app
