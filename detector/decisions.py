@@ -127,10 +127,9 @@ class DecisionBook:
     def put(self, decisions: Iterable[Decision]) -> None:
         with self._lock:
             for d in decisions:
-                if d.action == "allow" and d.level == "none":
-                    self._by_scope.pop((d.scope, d.scope_id), None)
-                else:
-                    self._by_scope[(d.scope, d.scope_id)] = d
+                # kept even when it is allow: the current confidence of a calm session is worth serving
+                # (entries leave with their scope, on expiry or eviction)
+                self._by_scope[(d.scope, d.scope_id)] = d
             self.generation += 1
 
     def drop(self, scope: str, scope_id: str) -> None:
