@@ -27,12 +27,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+if TYPE_CHECKING:  # the server side needs Starlette; agents importing TOOL_SCHEMAS do not
+    from starlette.applications import Starlette
 
 MODEL_SUFFIX = "-2024-07-18"
 HEALTHY_STEPS = 12
@@ -125,6 +123,11 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 def create_stub_app() -> Starlette:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
     async def chat_completions(request: Request) -> JSONResponse:
         body = await request.json()
         request.app.state.requests.append(body)
