@@ -429,3 +429,17 @@ def test_preflight_window_agrees_with_find_repeat_cycle(seq, window, max_cycle, 
         got = windows.evaluate(session_id="s", trace_id="t", rules=[rule], now_us=0, request_fingerprint=str(x))
         expected = find_repeat_cycle(fps, ExactRepeatParams(**params)) is not None
         assert bool(got) == expected
+
+
+def test_preflight_windows_are_bounded_and_evicted_with_their_session():
+    from detector.config import Rule
+    from detector.preflight import PendingWindows
+
+    rule = Rule(name="r", detector="exact_prompt_repeat", action="block")
+    windows = PendingWindows(max_windows=3)
+    for i in range(5):
+        windows.evaluate(session_id=f"s{i}", trace_id=f"t{i}", rules=[rule], now_us=i, request_fingerprint="x")
+    assert len(windows) == 3  # least recently used dropped first
+    windows.evaluate(session_id="s4", trace_id=None, rules=[rule], now_us=10, request_fingerprint="x")
+    assert windows.forget_sessions(["s4"]) == 2  # the session's own window and its trace's
+    assert windows.evict_idle(cutoff_us=4) == 1 and len(windows) == 0  # t3 was idle since 3
