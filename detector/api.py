@@ -37,6 +37,7 @@ ID_MAX = 512
 TRACE_MAX = 64
 FINGERPRINT_MAX = 256
 TOOL_ARGUMENTS_MAX = 16 * 1024  # bytes of canonical JSON
+CHECK_BODY_MAX = 64 * 1024  # a larger /v1/check body is refused with 413 before it is parsed
 WARNING_HEADER = "x-loop-warning"
 
 
@@ -204,15 +205,20 @@ class FastCheck:
         if scope["type"] != "http" or scope["path"] != "/v1/check" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        chunks = []
+        chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > CHECK_BODY_MAX:
+                status, headers, content = 413, {}, orjson.dumps({"detail": f"body larger than {CHECK_BODY_MAX} bytes"})
                 break
-        status, headers, content = check_answer(self.service, b"".join(chunks))
+            if not message.get("more_body", False):
+                status, headers, content = check_answer(self.service, b"".join(chunks))
+                break
         raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
         raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
@@ -241,7 +247,8 @@ def create_api(service: Service) -> FastAPI:
     blocked_doc: dict[int | str, dict[str, Any]] = {
         429: {"model": BlockedOut, "description": "the call must not proceed (Retry-After: 60)"}}
 
-    check_doc = {**blocked_doc, 422: {"model": InvalidBody, "description": "invalid body"}}
+    check_doc = {**blocked_doc, 422: {"model": InvalidBody, "description": "invalid body"},
+                 413: {"description": f"body larger than {CHECK_BODY_MAX} bytes"}}
     check_body = {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/CheckRequest"}}}}}
 

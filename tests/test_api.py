@@ -79,6 +79,12 @@ class TestLiveService:
         assert check(eps.api, **body).status_code == 422
 
 
+    def test_oversized_body_is_413(self, svc):
+        _, eps = svc
+        body = b'{"session_id": "s", "pad": "' + b"x" * 70_000 + b'"}'
+        r = httpx.post(f"{eps.api}/v1/check", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 413
+
     def test_malformed_json_is_422(self, svc):
         _, eps = svc
         r = httpx.post(f"{eps.api}/v1/check", content=b"{not json", headers={"content-type": "application/json"})
