@@ -37,7 +37,7 @@ import pytest
 from detector.config import AppConfig
 from detector.escalation import LEVEL_RANK
 from detector.server import running_service
-from detector.store import ChdbStore, apply_schema, insert_rows
+from detector.store import insert_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -56,8 +56,10 @@ VENVS: dict[str, list[str]] = {
     # opentelemetry-sdk 1.45.1; it also caps openai below 3
     "openlit": ["openlit==1.45.0", "openai>=2,<3"],
     # the last OpenLLMetry releases before the move to gen_ai.input.messages: indexed gen_ai.prompt.N.*
+    # (it imports opentelemetry._events, which later opentelemetry-api releases dropped)
     "openllmetry-legacy": ["opentelemetry-instrumentation-openai==0.47.5", "openai>=1.60,<2",
-                           "opentelemetry-sdk>=1.28,<2", "opentelemetry-exporter-otlp-proto-http>=1.28,<2"],
+                           "opentelemetry-api>=1.28,<1.38", "opentelemetry-sdk>=1.28,<1.38",
+                           "opentelemetry-exporter-otlp-proto-http>=1.28,<1.38"],
 }
 
 
@@ -88,7 +90,8 @@ VARIANTS = [
     Variant("openllmetry", False, "processor", venv="openllmetry-legacy"),
 ]
 
-PRICING = {"chat": {MODEL: {"promptPrice": 0.00015, "completionPrice": 0.0006}}}
+# OpenLIT's price file (per 1k tokens); it looks the requested model up
+PRICING = {"chat": {m: {"promptPrice": 0.00015, "completionPrice": 0.0006} for m in ("gpt-4o-mini", MODEL)}}
 
 
 # -- environments -------------------------------------------------------------------------------------------
@@ -272,7 +275,10 @@ def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
         assert all(c["model"] == MODEL for c in ok), (variant.id, {c["model"] for c in ok})
         # tokens: exactly the usage the SDK received, call by call
         assert sorted([c["input_tokens"], c["output_tokens"]] for c in ok) == sorted(run["usage"]), variant.id
-        assert all(c["has_content"] == int(variant.content) for c in llm), (variant.id, [c["has_content"] for c in llm])
+        # (failed calls: OpenLIT records no content for them)
+        assert all(c["has_content"] == int(variant.content) for c in ok), (variant.id, [c["has_content"] for c in ok])
+        if not variant.content:
+            assert not any(c["has_content"] for c in llm), variant.id
         if variant.instrumentation == "openlit":
             assert all(c["cost_usd"] > 0 for c in ok), (variant.id, [c["cost_usd"] for c in ok])
 
@@ -300,3 +306,229 @@ def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
         # the new content of a step is the tool result: it feeds the input SimHash
         assert all(c["input_simhash"] != 0 for c in loop_llm[1:]), (variant.id, [c["input_simhash"] for c in loop_llm])
         assert len({c["turn_fp"] for c in loop_llm[1:]}) == 1, variant.id  # the same step again and again
+
+
+# -- the materialized view alone, on hand-built spans in each dialect -------------------------------------------
+
+LOOP_ARGS_VARIANTS = ['{"path": "config.yaml"}', '{"path":"config.yaml"}', {"path": "config.yaml"}]
+
+
+@pytest.fixture(scope="module")
+def mv_store(service):
+    """The running service's store (chDB opens one data directory per process)."""
+    return service[0].store
+
+
+def span_row(attrs: dict[str, str], *, name: str = "chat gpt-4o-mini", status: str = "Unset", message: str = "",
+             events: list[tuple[str, dict[str, str]]] = (), resource: dict[str, str] | None = None) -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + ".000000000"
+    return {"Timestamp": now, "TraceId": uuid.uuid4().hex, "SpanId": uuid.uuid4().hex[:16], "ParentSpanId": "",
+            "TraceState": "", "SpanName": name, "SpanKind": "Client", "ServiceName": "dialects",
+            "ResourceAttributes": {"service.name": "dialects", **(resource or {})}, "ScopeName": "test",
+            "ScopeVersion": "1", "SpanAttributes": attrs, "Duration": 1_000_000, "StatusCode": status,
+            "StatusMessage": message, "Events.Timestamp": [now for _ in events], "Events.Name": [e[0] for e in events],
+            "Events.Attributes": [e[1] for e in events], "Links.TraceId": [], "Links.SpanId": [],
+            "Links.TraceState": [], "Links.Attributes": []}
+
+
+def calls_of(store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert the spans; their genai_calls rows in the same order (None for a span the view skipped)."""
+    insert_rows(store, "otel.otel_traces", rows)
+    found = {r["span_id"]: r for r in store.rows(
+        "SELECT * FROM otel.genai_calls WHERE span_id IN {s:Array(String)}", {"s": [r["SpanId"] for r in rows]})}
+    return [found.get(r["SpanId"]) for r in rows]
+
+
+def semconv_messages(tool_result: str) -> tuple[str, str]:
+    inputs = [{"role": "user", "parts": [{"type": "text", "content": "Fix the failing build."}]},
+              {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "read_file",
+                                               "arguments": {"path": "config.yaml"}}]},
+              {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": tool_result}]}]
+    outputs = [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "text", "content": "Let me read the config file again."},
+        {"type": "tool_call", "id": "c2", "name": "read_file", "arguments": {"path": "config.yaml"}}]}]
+    return json.dumps(inputs), json.dumps(outputs)
+
+
+def dialect_spans(tool_result: str = "port: 8080 host: 0.0.0.0 nothing about the failing build here") -> dict[str, Any]:
+    """The same chat call (a tool result in, read_file("config.yaml") asked for) in every dialect."""
+    ins, outs = semconv_messages(tool_result)
+    usage_new = {"gen_ai.usage.input_tokens": "120", "gen_ai.usage.output_tokens": "30"}
+    return {
+        "semconv (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)": span_row({
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": MODEL, **usage_new, "gen_ai.response.finish_reasons": '["tool_calls"]',
+            "gen_ai.input.messages": ins, "gen_ai.output.messages": outs, "gen_ai.conversation.id": "s-semconv"}),
+        "OpenLLMetry indexed": span_row({
+            "llm.request.type": "chat", "gen_ai.system": "OpenAI", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": MODEL, "gen_ai.usage.prompt_tokens": "120", "gen_ai.usage.completion_tokens": "30",
+            "llm.usage.total_tokens": "150", "traceloop.association.properties.session_id": "s-ol",
+            "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "Fix the failing build.",
+            "gen_ai.prompt.1.role": "assistant", "gen_ai.prompt.1.tool_calls.0.id": "c1",
+            "gen_ai.prompt.1.tool_calls.0.name": "read_file",
+            "gen_ai.prompt.1.tool_calls.0.arguments": '{"path": "config.yaml"}',
+            "gen_ai.prompt.2.role": "tool", "gen_ai.prompt.2.content": tool_result,
+            "gen_ai.prompt.2.tool_call_id": "c1",
+            "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.finish_reason": "tool_calls",
+            "gen_ai.completion.0.content": "Let me read the config file again.",
+            "gen_ai.completion.0.tool_calls.0.id": "c2", "gen_ai.completion.0.tool_calls.0.name": "read_file",
+            "gen_ai.completion.0.tool_calls.0.arguments": '{\n  "path": "config.yaml"\n}'}, name="openai.chat"),
+        "OpenInference": span_row({
+            "openinference.span.kind": "LLM", "llm.system": "openai", "llm.model_name": MODEL,
+            "llm.invocation_parameters": '{"model": "gpt-4o-mini"}', "llm.token_count.prompt": "120",
+            "llm.token_count.completion": "30", "llm.token_count.total": "150", "session.id": "s-oi",
+            "input.value": json.dumps({"model": "gpt-4o-mini", "messages": ["..."]}),
+            "input.mime_type": "application/json", "output.value": '{"id": "chatcmpl-1"}',
+            "output.mime_type": "application/json",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Fix the failing build.",
+            "llm.input_messages.1.message.role": "assistant",
+            "llm.input_messages.1.message.tool_calls.0.tool_call.function.name": "read_file",
+            "llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments": '{"path": "config.yaml"}',
+            "llm.input_messages.2.message.role": "tool", "llm.input_messages.2.message.content": tool_result,
+            "llm.input_messages.2.message.tool_call_id": "c1",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "Let me read the config file again.",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.id": "c2",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "read_file",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"path":"config.yaml"}',
+            "llm.finish_reason": "tool_calls"}, name="ChatCompletion", status="Ok"),
+        "span events (semconv <= 1.30)": span_row({
+            "gen_ai.operation.name": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": MODEL, **usage_new, "gen_ai.conversation.id": "s-events"}, events=[
+            ("gen_ai.user.message", {"gen_ai.event.content": json.dumps({"content": "Fix the failing build."})}),
+            ("gen_ai.tool.message", {"gen_ai.event.content": json.dumps({"content": tool_result, "id": "c1"})}),
+            ("gen_ai.choice", {"gen_ai.event.content": json.dumps({"index": 0, "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": "Let me read the config file again.",
+                            "tool_calls": [{"id": "c2", "type": "function", "function": {
+                                "name": "read_file", "arguments": '{"path": "config.yaml"}'}}]}})})]),
+    }
+
+
+def test_same_call_same_fingerprints_in_every_dialect(mv_store):
+    spans = dialect_spans()
+    calls = dict(zip(spans, calls_of(mv_store, list(spans.values())), strict=True))
+    expected = tool_fingerprint(mv_store, *LOOP_CALL)
+    for dialect, c in calls.items():
+        assert c is not None, dialect
+        assert c["operation"] == "chat" and c["call_kind"] == "llm", dialect
+        assert c["provider"] == "openai" and c["model"] == MODEL, (dialect, c["provider"], c["model"])
+        assert (c["input_tokens"], c["output_tokens"]) == (120, 30), dialect
+        assert c["has_content"] == 1, dialect
+        assert list(c["out_tool_names"]) == ["read_file"] and list(c["out_tool_fps"]) == [expected], dialect
+        assert c["session_id"].startswith("s-"), (dialect, c["session_id"])
+    # the new content of the call (the tool result, and the answer) is read alike in every dialect
+    assert len({c["turn_fp"] for c in calls.values()}) == 1, {d: c["turn_fp"] for d, c in calls.items()}
+    assert len({c["input_simhash"] for c in calls.values()}) == 1
+    assert len({c["output_simhash"] for c in calls.values()}) == 1
+    assert all(c["input_simhash"] != 0 for c in calls.values())
+
+
+def test_tool_result_feeds_the_input_simhash(mv_store):
+    key = "semconv (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)"
+    a, b = calls_of(mv_store, [dialect_spans("first result: the port is 8080 and the host is local")[key],
+                               dialect_spans("a completely different listing of twelve source files")[key]])
+    assert a["input_simhash"] != 0 and b["input_simhash"] != 0
+    assert a["input_simhash"] != b["input_simhash"] and a["turn_fp"] != b["turn_fp"]
+
+
+@pytest.mark.parametrize("arguments", LOOP_ARGS_VARIANTS, ids=["spaced", "compact", "object"])
+def test_tool_spans_of_every_dialect_fingerprint_alike(mv_store, arguments):
+    args_text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    spans = [
+        span_row({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file",
+                  "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.arguments": args_text},
+                 name="execute_tool read_file"),
+        span_row({"openinference.span.kind": "TOOL", "tool.name": "read_file", "input.value": args_text,
+                  "tool.parameters": '{"type": "object", "properties": {"path": {"type": "string"}}}'},
+                 name="read_file"),
+        span_row({"traceloop.span.kind": "tool", "traceloop.entity.name": "read_file",
+                  "traceloop.entity.input": json.dumps({"args": [], "kwargs": json.loads(args_text)})},
+                 name="read_file.tool"),
+    ]
+    expected = tool_fingerprint(mv_store, *LOOP_CALL)
+    for c in calls_of(mv_store, spans):
+        assert c["operation"] == "execute_tool" and c["tool_name"] == "read_file"
+        assert c["tool_fp"] == expected
+
+
+def test_argument_key_order_does_not_matter_but_values_do(mv_store):
+    def chat(args: str) -> dict[str, Any]:
+        return span_row({"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                         "gen_ai.tool.name": "grep", "gen_ai.tool.args": args})  # OpenLIT, no content
+
+    a, b, c = calls_of(mv_store, [chat('{"pattern": "def main", "path": "src/"}'),
+                                  chat('{"path": "src/", "pattern": "def main"}'),
+                                  chat('{"path": "tests/", "pattern": "def main"}')])
+    assert a["out_tool_fps"] == b["out_tool_fps"] != c["out_tool_fps"]
+    assert a["has_content"] == 0
+
+
+def test_openlit_several_tool_calls_on_one_span(mv_store):
+    (c,) = calls_of(mv_store, [span_row({
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.usage.cost": "0.0042",
+        "gen_ai.tool.name": "read_file, grep", "gen_ai.tool.args": '{"path": "config.yaml"}, {"pattern": "port"}',
+        "gen_ai.tool.call.id": "c1, c2"})])
+    assert list(c["out_tool_names"]) == ["read_file", "grep"]
+    assert c["out_tool_fps"][0] == tool_fingerprint(mv_store, *LOOP_CALL)
+    assert c["out_tool_fps"][1] == tool_fingerprint(mv_store, "grep", {"pattern": "port"})
+    assert c["cost_usd"] == pytest.approx(0.0042)
+
+
+def test_redacted_content_is_no_content(mv_store):
+    (c,) = calls_of(mv_store, [span_row({
+        "openinference.span.kind": "LLM", "llm.system": "openai", "llm.model_name": MODEL,
+        "input.value": "__REDACTED__", "output.value": "__REDACTED__", "llm.token_count.prompt": "10",
+        "llm.token_count.completion": "5"})])
+    assert c["has_content"] == 0 and c["turn_fp"] == 0 and c["input_simhash"] == 0
+
+
+def test_error_types_are_normalized(mv_store):
+    rows = [
+        span_row({"gen_ai.operation.name": "chat", "error.type": "<class 'openai.InternalServerError'>"},
+                 status="Error", message="Error code: 500"),  # opentelemetry-util-genai 1.1b0
+        span_row({"gen_ai.operation.name": "chat", "error.type": "InternalServerError"}, status="Error",
+                 message="Error code: 500"),  # OpenLLMetry, OpenLIT
+        span_row({"openinference.span.kind": "LLM"}, status="Error", message="Error code: 500", events=[
+            ("exception", {"exception.type": "openai.InternalServerError", "exception.message": "boom"})]),
+        span_row({"gen_ai.operation.name": "chat"}, status="STATUS_CODE_ERROR", message="Error code: 500"),
+    ]
+    calls = calls_of(mv_store, rows)
+    assert [c["error_type"] for c in calls] == ["InternalServerError"] * 3 + ["_OTHER"]
+    assert all(c["is_error"] == 1 for c in calls)
+    assert calls[0]["error_fp"] == calls[1]["error_fp"] == calls[2]["error_fp"]
+
+
+def test_non_genai_spans_are_skipped_and_deprecated_names_map(mv_store):
+    http_span, old, content_event = calls_of(mv_store, [
+        span_row({"http.method": "POST", "http.status_code": "200"}, name="POST"),
+        span_row({"llm.request.type": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
+                  "gen_ai.usage.prompt_tokens": "7", "gen_ai.usage.completion_tokens": "3"}),
+        # OpenLIT before the move to gen_ai.input.messages: gen_ai.content.* span events
+        span_row({"gen_ai.operation.name": "chat", "gen_ai.system": "openai"}, events=[
+            ("gen_ai.content.prompt", {"gen_ai.prompt": "user: Fix the build\ntool: port: 8080 and nothing else"}),
+            ("gen_ai.content.completion", {"gen_ai.completion": "Let me read the config file again."})]),
+    ])
+    assert http_span is None
+    assert (old["operation"], old["provider"], old["model"], old["input_tokens"], old["output_tokens"]) == \
+        ("chat", "openai", "gpt-4o", 7, 3)
+    assert old["has_content"] == 0 and old["request_fp"] != 0
+    assert content_event["has_content"] == 1 and content_event["input_simhash"] != 0
+    assert content_event["output_simhash"] != 0
+
+
+# -- the examples stay runnable ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", ["openai_agent.py", "langgraph_agent.py"])
+def test_example_flags_its_looping_agent(example):
+    needed = ["openai", "opentelemetry.instrumentation.openai_v2"] + (["langgraph"] if "langgraph" in example else [])
+    for module in needed:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[instrumentations,examples]')")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / example), "--steps", "14"], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(steps) >= 10, proc.stdout
+    assert any(step[2] in ("warn", "throttle", "inject", "block") for step in steps), proc.stdout
