@@ -65,6 +65,12 @@ def _cmd_session(args: argparse.Namespace) -> int:
     return run_session(args.endpoint, resolve_token(args.token, args.data_dir), args.session_id, not args.no_color)
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from detector.evaluate import run_cli
+
+    return run_cli(args)
+
+
 def _add_admin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default="http://127.0.0.1:8080", help="the service's API (default %(default)s)")
     p.add_argument("--token", help="admin token (default: $LOOP_DETECTOR_ADMIN_TOKEN or <data-dir>/admin-token)")
@@ -107,6 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_admin_args(session)
     session.add_argument("session_id")
     session.set_defaults(func=_cmd_session)
+
+    ev = sub.add_parser("eval", help="replay a labeled corpus of agent runs through the real pipeline: recall, "
+                        "false positives and detection delay, beside published baselines")
+    ev.add_argument("--corpus", help="directory of scenario JSON files (default: the built-in generated corpus)")
+    ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
+    ev.add_argument("--json", help="also write the results as JSON to this file")
+    ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")
+    ev.add_argument("--seed", type=int, help="seed of the built-in corpus (default: the published one)")
+    ev.add_argument("--variants", type=int, help="runs per family in the built-in corpus (default 8)")
+    ev.add_argument("--families", help="comma-separated families to keep (default: all)")
+    ev.add_argument("--no-blocking-pass", action="store_true",
+                    help="skip the second pass with blocking rules (exact prompt repeat, failure loop) enabled")
+    ev.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.set_defaults(func=_cmd_eval)
     return parser
 
 

@@ -66,6 +66,7 @@ class CallSpec:
     cost_usd: float | None = None  # gen_ai.usage.cost, as OpenLIT-style instrumentations report it
     max_tokens: int | None = None
     restart: bool = False  # the conversation history is reset before this call (a stateless request)
+    keep_output: bool = True  # the reply is appended to the conversation (False: the harness discards it)
 
 
 @dataclass
@@ -259,7 +260,7 @@ class RunBuilder:
             input_tokens=self.context, output_tokens=output_tokens, model=model or self.model, error=error,
             error_message=error_message, duration_s=round(duration, 3),
             gap_s=round(gap_s if gap_s is not None else rng.uniform(0.05, 0.6), 3), session=session,
-            cost_usd=cost_usd, max_tokens=max_tokens, restart=restart,
+            cost_usd=cost_usd, max_tokens=max_tokens, restart=restart, keep_output=keep_output,
         )
         self.calls.append(spec)
         self.pending_user, self.pending_user_tokens = "", 0
@@ -518,10 +519,12 @@ def gen_empty_responses(rng: random.Random, v: int) -> tuple[list[CallSpec], int
     b.call(output_text="", output_tokens=rng.randint(0, 1), gap_s=b.tool_gap())
     onset = len(b.calls)
     nudge = rng.choice(["Please continue with the task.", "You returned an empty response. Continue."])
+    b.calls[-1].keep_output = v % 2 == 1
     for _ in range(rng.randint(9, 12)):
+        # re-prompted (the empty reply stays in the conversation), or resent as is (the harness drops it)
         b.call(output_text="", output_tokens=rng.randint(0, 1), user_text=nudge if v % 2 == 0 else None,
-               user_tokens=_tokens(nudge), gap_s=rng.uniform(0.2, 1.2))
-    return b.calls, onset, "empty responses, re-prompted" if v % 2 == 0 else "empty responses, retried as is"
+               user_tokens=_tokens(nudge), gap_s=rng.uniform(0.2, 1.2), keep_output=v % 2 == 0)
+    return b.calls, onset, "empty responses, re-prompted" if v % 2 == 0 else "empty responses, resent as is"
 
 
 # --------------------------------------------------------------------------------- legitimate look-alikes
@@ -600,13 +603,15 @@ def gen_transient_error(rng: random.Random, v: int) -> tuple[list[CallSpec], int
 
 
 def gen_pagination(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
-    entity = rng.choice(["orders", "tickets", "users", "invoices"])
-    b = RunBuilder(rng, task=f"Find every {entity[:-1]} of {rng.choice(CUSTOMERS)} flagged for review and list them.")
+    entity = ["orders", "tickets", "users", "invoices"][v % 4]
+    row = {"orders": (20, 26), "invoices": (22, 30), "tickets": (12, 90), "users": (15, 60)}[entity]
+    customer = rng.choice(CUSTOMERS)
+    b = RunBuilder(rng, task=f"Find every {entity[:-1]} of {customer} flagged for review and list them.")
     b.productive(rng.randint(1, 3))
     pages = rng.randint(9, 14)
     cursor = None
     for p in range(pages):
-        args: dict[str, Any] = {"customer": rng.choice(CUSTOMERS), "limit": 50}
+        args: dict[str, Any] = {"customer": customer, "limit": 50}
         if v % 2 == 0:
             args["page"] = p + 1
         elif cursor:
@@ -614,9 +619,12 @@ def gen_pagination(rng: random.Random, v: int) -> tuple[list[CallSpec], int | No
         cursor = f"c{rng.getrandbits(40):010x}"
         rows = "; ".join(f"{entity[:-1]} {rng.randint(10_000, 99_999)} {rng.choice(['ok', 'flagged', 'ok', 'pending'])}"
                          for _ in range(6))
+        # a page's size is the sum of its 50 rows: records with free text (tickets, users) vary, fixed-width
+        # records (orders, invoices) give pages of nearly the same size; the last page is shorter
+        size = sum(rng.randint(*row) for _ in range(50 if p < pages - 1 else rng.randint(5, 45)))
         text = "" if v % 4 >= 2 else rng.choice(["Fetching the next page.", "More results; next page.", "Continuing."])
         b.call(output_text=text, output_tokens=rng.randint(18, 30), tools=[ToolSpec(f"list_{entity}", args,
-               f"{rows} ... (50 rows) next_cursor={cursor}", rng.randint(900, 1400), duration_s=0.4)],
+               f"{rows} ... (50 rows) next_cursor={cursor}", size, duration_s=0.4)],
                gap_s=b.tool_gap())
     b.call(output_text=f"I found {rng.randint(3, 40)} flagged {entity}; here is the list.", gap_s=b.tool_gap())
     return b.calls, None, f"list_{entity} through {pages} pages" + (" (page numbers)" if v % 2 == 0 else " (cursor)")

@@ -117,7 +117,8 @@ def emit_call(tracer: Tracer, call: CallSpec, *, session_id: str, start_ns: int,
     span.end(end_time=end_ns)
     if call.error:
         return end_ns
-    history.append({"role": "assistant", "parts": parts})
+    if call.keep_output:
+        history.append({"role": "assistant", "parts": parts})
 
     step_end = end_ns
     for i, tool in enumerate(call.tools):  # parallel tool calls run side by side
@@ -220,9 +221,17 @@ class Replay:
 
 
 def wait_for_watermark(client: httpx.Client, api: str, after_us: int, timeout: float = 60.0) -> None:
+    """Wait until the detector has read past ``after_us`` and published what it found.
+
+    ``/healthz`` reports the watermark as soon as a cycle has read its calls, slightly before that cycle's
+    decisions are published; waiting for one more completed cycle (``cycles`` moving on) closes the gap."""
     deadline = time.monotonic() + timeout
+    seen_cycles: int | None = None
     while time.monotonic() < deadline:
-        if client.get(f"{api}/healthz").json()["watermark_us"] >= after_us:
+        health = client.get(f"{api}/healthz").json()
+        if seen_cycles is None and health["watermark_us"] >= after_us:
+            seen_cycles = health["cycles"]
+        elif seen_cycles is not None and health["cycles"] > seen_cycles:
             return
         time.sleep(0.02)
     raise RuntimeError(f"the detector did not catch up within {timeout:.0f} s")
@@ -318,7 +327,7 @@ WHERE SpanAttributes['gen_ai.conversation.id'] IN {sessions:Array(String)}
 def stored_steps(store: Any, runs: Sequence[_Run]) -> dict[str, list[Any]]:
     """The baselines' input: per scenario, one Step per model call, built from the stored rows (tool spans
     attached to the model call they followed in the same trace)."""
-    baselines = _import_baselines()
+    baselines = import_baselines()
     Step, ToolRun = baselines.Step, baselines.ToolRun  # noqa: N806
 
     by_session = {sid: run.scenario.id for run in runs for sid in run.session_ids}
@@ -351,7 +360,7 @@ def stored_steps(store: Any, runs: Sequence[_Run]) -> dict[str, list[Any]]:
 # ============================================================================================ baselines
 
 
-def _import_baselines() -> Any:
+def import_baselines() -> Any:
     """``bench.baselines`` lives beside the package (not installed): import it from the source tree."""
     try:
         import bench.baselines as baselines
@@ -366,7 +375,7 @@ def _import_baselines() -> Any:
 def baseline_actions(steps: Sequence[Any]) -> dict[str, tuple[str, list[str]]]:
     """Per baseline (name -> (label, actions)): 'block' on the calls where it fires, else 'allow'.
     A baseline has one action; a firing counts both at warn and at block."""
-    baselines = _import_baselines()
+    baselines = import_baselines()
     out: dict[str, tuple[str, list[str]]] = {}
     for baseline in baselines.all_baselines():
         out[baseline.name] = (baseline.label, ["block" if baseline.observe(s) else "allow" for s in steps])
@@ -587,7 +596,8 @@ def render(metrics: dict[str, Any], markdown: bool = False) -> str:
     table(["family", "metric"] + [short[s["name"]] for s in systems], rows)
 
     if "targets" in metrics:
-        lines.append("## Targets (default configuration)" if markdown else "TARGETS (default configuration)")
+        title = f"Targets ({metrics.get('target_system', LOOP_DETECTOR)})"
+        lines.append(f"## {title}" if markdown else title.upper())
         lines.append("")
         for t in metrics["targets"]:
             mark = "met" if t["met"] else "NOT MET"
@@ -609,7 +619,7 @@ def _short_label(system: dict[str, Any]) -> str:
 def run_eval(scenarios: Sequence[Scenario], config: AppConfig | None = None, *, config_label: str = LOOP_DETECTOR,
              blocking_pass: bool = True, progress: bool = True, stream: TextIO | None = None) -> dict[str, Any]:
     """Replay the corpus (once per configuration), run the baselines on the stored rows, compute metrics."""
-    _import_baselines()
+    import_baselines()
     configs: list[tuple[str, AppConfig]] = [(config_label, config or AppConfig())]
     if blocking_pass:
         configs.append((LOOP_DETECTOR_BLOCKING, parse_config(BLOCKING_RULES_CONFIG, "blocking rules")))
@@ -628,6 +638,7 @@ def run_eval(scenarios: Sequence[Scenario], config: AppConfig | None = None, *, 
     systems += [System(name, label, "baseline", actions) for name, (label, actions) in per_baseline.items()]
     metrics = evaluate_systems(scenarios, systems)
     metrics["targets"] = check_targets(metrics, config_label)
+    metrics["target_system"] = config_label
     metrics["replays"] = [{"config": r.config_name, "seconds": round(r.seconds, 1), "calls": r.calls} for r in replays]
     _attach_detectors(metrics, replays)
     return metrics
@@ -644,3 +655,71 @@ def _attach_detectors(metrics: dict[str, Any], replays: Iterable[Replay]) -> Non
                                       if first else None)
             info["levels"] = "".join(d["level"][0] if d["level"] != "none" else "." for d in decisions)
             info["actions"] = "".join(d["action"][0] if d["action"] != "allow" else "." for d in decisions)
+
+
+def run_cli(args: Any) -> int:
+    """``loop-detector eval``: see :func:`detector.cli.build_parser` for the options."""
+    from detector.config import ConfigError, load_config
+    from detector.corpus import DEFAULT_SEED, DEFAULT_VARIANTS, FAMILIES, generate_corpus, read_corpus, write_corpus
+
+    families = [f.strip() for f in args.families.split(",")] if args.families else None
+    if families:
+        unknown = sorted(set(families) - set(FAMILIES)) if not args.corpus else []
+        if unknown:
+            print(f"unknown families: {', '.join(unknown)} (known: {', '.join(FAMILIES)})", file=sys.stderr)
+            return 2
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    variants = DEFAULT_VARIANTS if args.variants is None else args.variants
+    if args.write_corpus:
+        scenarios = generate_corpus(seed, variants, families or FAMILIES)
+        paths = write_corpus(scenarios, args.write_corpus)
+        print(f"wrote {len(paths)} scenarios to {args.write_corpus} (seed {seed})")
+        return 0
+    try:
+        if args.corpus:
+            scenarios = read_corpus(args.corpus)
+            if families:
+                scenarios = [s for s in scenarios if s.family in families]
+        else:
+            scenarios = generate_corpus(seed, variants, families or FAMILIES)
+        config = load_config(args.config) if args.config else None
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the corpus: {exc}", file=sys.stderr)
+        return 2
+    if not scenarios:
+        print("no scenarios to evaluate", file=sys.stderr)
+        return 2
+    label = LOOP_DETECTOR if not args.config else f"{LOOP_DETECTOR} ({Path(args.config).name})"
+    metrics = run_eval(scenarios, config, config_label=label, blocking_pass=not args.no_blocking_pass,
+                       progress=not args.quiet)
+    metrics["corpus"] = {"source": args.corpus or f"built-in (seed {seed}, {variants} per family)",
+                         "runs": len(scenarios), "loop_runs": sum(s.label == "loop" for s in scenarios),
+                         "legit_runs": sum(s.label == "legit" for s in scenarios),
+                         "calls": sum(len(s.calls) for s in scenarios)}
+    metrics["schema"] = schema_fingerprint()
+    header = (f"corpus: {metrics['corpus']['source']}: {metrics['corpus']['runs']} runs "
+              f"({metrics['corpus']['loop_runs']} loops, {metrics['corpus']['legit_runs']} legit), "
+              f"{metrics['corpus']['calls']} model calls; "
+              + ", ".join(f"{r['config']} replayed in {r['seconds']:.0f} s" for r in metrics["replays"]))
+    print(header + "\n")
+    print(render(metrics, markdown=args.markdown))
+    if args.json:
+        Path(args.json).write_text(json.dumps(metrics, indent=1) + "\n")
+        print(f"results written to {args.json}", file=sys.stderr)
+    return 0
+
+
+def schema_fingerprint() -> str:
+    """A short hash of the ClickHouse DDL the replay used (the materialized view computes the fingerprints the
+    detector reads, so results depend on it)."""
+    import hashlib
+
+    from detector.store import sql_dir
+
+    digest = hashlib.sha256()
+    for path in sorted(sql_dir().glob("*.sql")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]

@@ -40,10 +40,12 @@ TOKENS_DIFFERENT_REL = 0.25
 TOKENS_SAME_ABS = 2
 
 # Cycle scoring: a pair must be at least this similar to continue a repeating tail; periods 1..MAX_PERIOD;
-# the score saturates after SATURATING_CYCLES full repetitions of the cycle (A,A,A or A,B,A,B,A,B).
+# the score saturates after SATURATING_CYCLES full repetitions of the cycle (A,A or A,B,A,B: the first
+# complete repeat; the EMA and the consecutive-calls counts already demand that it goes on).
 CYCLE_MATCH_MIN = 0.5
-MAX_PERIOD = 3
-SATURATING_CYCLES = 2
+MAX_PERIOD = 4
+SATURATING_CYCLES = 1
+ERROR_SATURATING_REPEATS = 2  # error_cycling: the same error seen twice before saturates
 
 # In content similarity, an output that repeats counts for this much even when the input is new; the rest
 # comes from the input (a repeated input with a new output is an agent making progress on the same data).
@@ -57,8 +59,22 @@ SAME_FAILING_REQUEST = 0.8  # content similarity above which a failed call is "t
 # the content repeating, which is required).
 INCREMENTS_WEIGHT = 0.5
 
-# Polling with backoff: successful calls whose last BACKOFF_RATIOS gaps each grew by >= BACKOFF_RATIO.
-BACKOFF_RATIO = 1.5
+# Tool calls: when both calls ran the same tools with the same arguments, the words around them count for
+# this little (an agent rewording its commentary while repeating the action is still repeating it).
+TOOL_TEXT_FLOOR = 0.7
+
+# What a call brought into the context besides the model's previous reply (its input growth minus the
+# previous call's output tokens: the tool results and messages added). Without content, "the same step
+# again" means the same amount came back, to the token: the same file re-read, the same error, the same
+# re-prompt. Equal within INCREMENT_SAME_ABS tokens or INCREMENT_SAME_REL of the larger; 0 from twice that
+# apart, linear in between. (Pages of a listing differ by tens of tokens even when their records are
+# fixed-width; a re-fetched page does not differ at all.)
+INCREMENT_SAME_ABS = 3
+INCREMENT_SAME_REL = 0.003
+
+# Polling with backoff: successful calls whose last BACKOFF_RATIOS idle gaps (from the end of the previous step,
+# its tools included, to the start of this call) each grew by >= BACKOFF_RATIO (common multipliers: 1.3 to 2).
+BACKOFF_RATIO = 1.3
 BACKOFF_RATIOS = 2
 BACKOFF_DISCOUNT = 0.25
 
@@ -114,6 +130,11 @@ class _View:
     error_fps: frozenset[int]
     ts_ns: int
     end_ns: int
+    call_end_ns: int  # the model call's own end
+    ready_ns: int  # when the tools attributed to this turn (run before it) had finished
+    tool_names: frozenset[str]
+    shape: tuple[Any, ...]  # response structure without the token bucket: finish reasons, text, tool names
+    spans_only: bool  # the tool fingerprints come from execute_tool spans (arguments may be missing)
 
 
 def _view(turn: Turn) -> _View:
@@ -144,12 +165,75 @@ def _make_view(turn: Turn) -> _View:
         error_fps=frozenset(fp for fp in turn.error_fps if fp),
         ts_ns=call.ts_ns,
         end_ns=end_ns,
+        call_end_ns=max(call.ts_ns, call.end_ns),
+        ready_ns=max((t.end_ns for t in turn.tools if t.end_ns <= call.ts_ns), default=0),
+        tool_names=frozenset(n for n in turn.tool_names if n),
+        shape=(tuple(call.finish_reasons), bool(call.output_simhash) if call.has_content else None,
+               tuple(sorted(call.out_tool_names)), call.is_error),
+        spans_only=not call.out_tool_fps,
     )
 
 
-def _views(history: Sequence[Turn], turn: Turn, depth: int | None = None) -> list[_View]:
+def _views(history: Sequence[Turn], turn: Turn, depth: int | None = None) -> _Window:
     recent = list(history)[-depth:] if depth else list(history)
-    return [_view(t) for t in recent] + [_view(turn)]
+    return _Window([_view(t) for t in recent] + [_view(turn)])
+
+
+class _Window:
+    """The views of a scoring window (history + turn, oldest first) and each call's context increment: how
+    much its input grew over the previous call's (unknown for the first call of the window)."""
+
+    __slots__ = ("views", "deltas", "added", "_pairs")
+
+    def __init__(self, views: list[_View]) -> None:
+        self.views = views
+        pairs = list(zip(views, views[1:], strict=False))
+        self.deltas: list[int | None] = [None] + [b.input_tokens - a.input_tokens for a, b in pairs]
+        # what came back besides the previous reply (tool results, new messages)
+        self.added: list[int | None] = [None] + [b.input_tokens - a.input_tokens - a.output_tokens for a, b in pairs]
+        self._pairs: dict[tuple[int, int], tuple[float, bool]] = {}
+
+    def __len__(self) -> int:
+        return len(self.views)
+
+    def __getitem__(self, i: int) -> _View:
+        return self.views[i]
+
+    def increment_match(self, i: int, j: int) -> float:
+        """Did calls i and j get the same amount back (the same tool result / message appended again)? The
+        context must have grown. The oldest call of the window has no known increment: it neither confirms
+        nor refutes (1, as long as the other call's context grew)."""
+        da, db = self.deltas[i], self.deltas[j]
+        if da is None or db is None:
+            known = db if da is None else da
+            return 1.0 if known is None or known > 0 else 0.0
+        if da <= 0 or db <= 0:
+            return 0.0
+        return increment_closeness(self.added[i], self.added[j])  # type: ignore[arg-type]
+
+    def appended_own_output(self, i: int) -> bool:
+        """Call i's input holds the previous call's whole output: the conversation grows by its own replies
+        (unknown for the oldest call of the window: assumed)."""
+        added = self.added[i]
+        return added is None or added >= -TOKENS_SAME_ABS
+
+    def added_share(self, i: int) -> float | None:
+        """The share of call i's context growth that came from outside the model (tool results, messages),
+        rather than from its own previous reply; None when unknown or when the context did not grow."""
+        d, added = self.deltas[i], self.added[i]
+        if d is None or added is None or d <= 0:
+            return None
+        return min(1.0, max(0.0, added / d))
+
+    def content_pair(self, i: int, j: int) -> tuple[float, bool]:
+        key = (i, j)
+        cached = self._pairs.get(key)
+        if cached is None:
+            cached = self._pairs[key] = _content_pair(self, i, j)
+        return cached
+
+    def content_sim(self, i: int, j: int) -> float:
+        return self.content_pair(i, j)[0]
 
 
 # ------------------------------------------------------------------------------------ pair similarity
@@ -189,78 +273,157 @@ def token_closeness(a: int, b: int) -> float:
     return (TOKENS_DIFFERENT_REL - rel) / (TOKENS_DIFFERENT_REL - TOKENS_SAME_REL)
 
 
+def increment_closeness(a: int, b: int) -> float:
+    """1 when two amounts of added context are the same to the token (within ``INCREMENT_SAME_ABS``, or
+    ``INCREMENT_SAME_REL`` of the larger), 0 from twice that apart, linear in between."""
+    diff = abs(a - b)
+    same = max(INCREMENT_SAME_ABS, INCREMENT_SAME_REL * max(abs(a), abs(b)))
+    if diff <= same:
+        return 1.0
+    if diff >= 2 * same:
+        return 0.0
+    return (2 * same - diff) / same
+
+
 def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
     if not a and not b:
         return 0.0
     return len(a & b) / len(a | b)
 
 
+def _tool_match(a: _View, b: _View) -> float:
+    """How much two calls' tool calls are the same: Jaccard of the fingerprints (name + argument values),
+    or 1 when both calls failed with the same error from the same tools (arguments tweaked between
+    retries, the same failure each time: the same failing call)."""
+    score = _jaccard(a.tools, b.tools)
+    if score < 1.0 and a.is_error and b.is_error and a.tool_names and a.tool_names == b.tool_names \
+            and a.error_fps & b.error_fps:
+        return 1.0
+    return score
+
+
+def _same_shape(a: _View, b: _View) -> bool:
+    """Same response structure. ``response_fp`` hashes a token bucket too: two near-identical counts on either
+    side of a bucket boundary (40 and 42, 0 and 1) still have the same structure (finish reasons, text or
+    not, tools asked for)."""
+    if not a.response_fp or not b.response_fp:
+        return False
+    if a.response_fp == b.response_fp:
+        return True
+    return a.shape == b.shape and token_closeness(a.output_tokens, b.output_tokens) == 1.0
+
+
+def _empty_output(v: _View) -> bool:
+    """A successful call whose reply (captured content) was empty: no text, no tool calls, ~no tokens."""
+    return v.has_content and not v.is_error and not v.output_simhash and not v.tools \
+        and v.output_tokens <= TOKENS_SAME_ABS
+
+
 def _response_match(a: _View, b: _View) -> float:
-    """Same response structure (parts, finish reason, token bucket), near-identical output tokens and,
-    where known, near-identical output text and the same tool calls."""
-    if not a.response_fp or a.response_fp != b.response_fp:
+    """Same response structure (parts, finish reason), near-identical output tokens and, where known,
+    near-identical output text and the same tool calls."""
+    if not _same_shape(a, b):
         return 0.0
     score = token_closeness(a.output_tokens, b.output_tokens)
     text = simhash_similarity(a.output_simhash, b.output_simhash)
     if text is not None:
         score *= text
     if a.tools or b.tools:
-        score *= _jaccard(a.tools, b.tools)
+        score *= _tool_match(a, b)
     return score
 
 
-def _structural_similarity(a: _View, b: _View) -> float:
-    """Content-free similarity: an identical request fingerprint, or the same tool calls with the same
-    response structure and output tokens. Without tool calls, a matching response shape alone is left to
-    response_stagnation (counting it here too would double the same weak evidence, e.g. outputs all cut
-    at max_tokens)."""
+def _structural_similarity(w: _Window, i: int, j: int) -> float:
+    """Content-free similarity of calls i and j of the window.
+
+    - An identical request fingerprint (without content: the same model, input size and parameters):
+      ``STRUCTURAL_REQUEST_WEIGHT``.
+    - The same step again: the same response structure and output size, the context grown by the same
+      amount (the same tool result / reply appended again), and the same tool calls; without tools, the
+      conversation must be growing by its own replies (a model talking to itself, re-prompted). Equal
+      response shapes alone (e.g. every output cut at ``max_tokens``) are response_stagnation's evidence,
+      counted once.
+    """
+    a, b = w[i], w[j]
     request = STRUCTURAL_REQUEST_WEIGHT if a.request_fp and a.request_fp == b.request_fp else 0.0
-    if not (a.tools or b.tools) or not a.response_fp or a.response_fp != b.response_fp:
+    if not _same_shape(a, b):
         return request
-    return max(request, token_closeness(a.output_tokens, b.output_tokens) * _jaccard(a.tools, b.tools))
+    if a.tools or b.tools:
+        same_calls = _tool_match(a, b)
+    else:
+        same_calls = 1.0 if w.appended_own_output(i) and w.appended_own_output(j) else 0.0
+    step = token_closeness(a.output_tokens, b.output_tokens) * w.increment_match(i, j) * same_calls
+    return max(request, step)
 
 
-def _content_pair(a: _View, b: _View) -> tuple[float, bool]:
-    """Similarity of the new content of two calls, and whether it fell back to structure."""
+def _content_pair(w: _Window, i: int, j: int) -> tuple[float, bool]:
+    """Similarity of the new content of calls i and j, and whether it fell back to structure."""
+    a, b = w[i], w[j]
     if not (a.has_content and b.has_content):
-        return _structural_similarity(a, b), True
+        return _structural_similarity(w, i, j), True
     if a.request_fp and a.request_fp == b.request_fp:
         return 1.0, False  # the whole input is identical: the same request sent again
     inp = simhash_similarity(a.input_simhash, b.input_simhash)
     text = simhash_similarity(a.output_simhash, b.output_simhash)
-    tools = _jaccard(a.tools, b.tools) if (a.tools or b.tools) else None
-    parts = [p for p in (text, tools) if p is not None]
-    out = math.prod(parts) if parts else None
+    if text is None and _empty_output(a) and _empty_output(b):
+        text = 1.0  # both replies were empty: the same (non-)answer
+    if a.tools or b.tools or (a.is_error and b.is_error and a.tool_names):
+        tools = _tool_match(a, b)
+        out: float | None = tools * (TOOL_TEXT_FLOOR + (1.0 - TOOL_TEXT_FLOOR) * text) if text is not None else tools
+    else:
+        out = text
     if out is None and inp is None:
-        return _structural_similarity(a, b), True
+        return _structural_similarity(w, i, j), True
     if out is None:
         return INPUT_ONLY_WEIGHT * inp, False  # type: ignore[operator]
     if inp is None:
         return out, False
-    return out * (OUTPUT_ONLY_WEIGHT + (1.0 - OUTPUT_ONLY_WEIGHT) * inp), False
+    score = out * (OUTPUT_ONLY_WEIGHT + (1.0 - OUTPUT_ONLY_WEIGHT) * inp)
+    return max(score, _redundant_input(w, i, j, inp, text)), False
 
 
-def _content_sim(a: _View, b: _View) -> float:
-    return _content_pair(a, b)[0]
+def _redundant_input(w: _Window, i: int, j: int, inp: float, text: float | None) -> float:
+    """The same new input again (the same documents re-retrieved) making up most of what the context
+    gained, and the model reacting to it the same way (the same tool, reworded arguments, the same words):
+    nothing new came in. A short repeated input next to a long new reply ("File written." after writing
+    another file) is not redundancy, nor is similar-looking input the model answers differently (test
+    output whose failure count went down, followed by a different fix)."""
+    a, b = w[i], w[j]
+    if not a.tool_names or a.tool_names != b.tool_names or text is None:
+        return 0.0
+    shares = [x for x in (w.added_share(i), w.added_share(j)) if x is not None]
+    if not shares:
+        return 0.0
+    return inp * min(shares) * text
 
 
-def _tool_sim(a: _View, b: _View) -> float:
-    return _jaccard(a.tools, b.tools)
+def _tool_sim(w: _Window, i: int, j: int) -> float:
+    """The same tool calls. Fingerprints taken from execute_tool spans may lack the arguments (their
+    capture is opt-in): there the same call must also have brought back the same amount (increments)."""
+    a, b = w[i], w[j]
+    score = _tool_match(a, b)
+    if score and (a.spans_only or b.spans_only):
+        score *= w.increment_match(i, j)
+    return score
+
+
+def _response_sim(w: _Window, i: int, j: int) -> float:
+    return _response_match(w[i], w[j])
 
 
 # ------------------------------------------------------------------------------------------- cycles
 
 
-def cycle_score(n: int, sim: Callable[[int, int], float], max_period: int = MAX_PERIOD) -> float:
+def cycle_score(n: int, sim: Callable[[int, int], float], max_period: int | None = None) -> float:
     """How strongly the tail of a sequence of ``n`` items repeats, in [0, 1].
 
     For each period p in 1..max_period, walk back from the last item while ``sim(j, j - p)`` stays at or
     above ``CYCLE_MATCH_MIN``, summing the similarities: that sum divided by p is the number of full
     repetitions of the cycle at the tail. The score is the best over periods, divided by
-    ``SATURATING_CYCLES``: A,A -> 0.5; A,A,A -> 1; A,B,A,B -> 0.5; A,B,A,B,A,B -> 1; A,B,A -> 0.25.
+    ``SATURATING_CYCLES``: A,A -> 1; A,B,A,B -> 1; A,B,A -> 0.5; A,B,C,A,B -> 0.67; A,B,C,D,A,B -> 0.5.
     """
     best = 0.0
-    for period in range(1, min(max_period, n - 1) + 1):
+    for period in range(1, min(max_period or MAX_PERIOD, n - 1) + 1):
         total = 0.0
         j = n - 1
         while j - period >= 0:
@@ -273,17 +436,20 @@ def cycle_score(n: int, sim: Callable[[int, int], float], max_period: int = MAX_
     return _clamp(best / SATURATING_CYCLES)
 
 
-def _tail_cycle(views: Sequence[_View], pair: Callable[[_View, _View], float]) -> float:
-    return cycle_score(len(views), lambda i, j: pair(views[i], views[j]))
+def _tail_cycle(w: _Window, pair: Callable[[_Window, int, int], float]) -> float:
+    return cycle_score(len(w), lambda i, j: pair(w, i, j))
 
 
-def _backoff_factor(views: Sequence[_View]) -> float:
+def _backoff_factor(w: _Window) -> float:
     """``BACKOFF_DISCOUNT`` when the turn is a successful call at the end of a backing-off sequence (each of
-    the last ``BACKOFF_RATIOS`` gaps >= ``BACKOFF_RATIO`` x the one before): polling, not a loop."""
+    the last ``BACKOFF_RATIOS`` idle gaps >= ``BACKOFF_RATIO`` x the one before): polling, not a loop. An
+    idle gap is the wait before a call: from the end of the previous step (the previous call and the tools
+    it ran) to the start of this call, so neither the calls' latency nor a slow tool looks like a wait."""
+    views = w.views
     if views[-1].is_error or len(views) < BACKOFF_RATIOS + 2:
         return 1.0
-    stamps = [v.ts_ns for v in views[-(BACKOFF_RATIOS + 2) :]]
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    recent = views[-(BACKOFF_RATIOS + 2) :]
+    gaps = [b.ts_ns - max(a.call_end_ns, b.ready_ns) for a, b in zip(recent, recent[1:], strict=False)]
     if any(g <= 0 for g in gaps):
         return 1.0
     if all(later >= BACKOFF_RATIO * earlier for earlier, later in zip(gaps, gaps[1:], strict=False)):
@@ -294,50 +460,52 @@ def _backoff_factor(views: Sequence[_View]) -> float:
 # ------------------------------------------------------------------------------------------ signals
 
 
-def _content_cycle(views: Sequence[_View]) -> float:
-    return _tail_cycle(views, _content_sim) if len(views) >= 2 else 0.0
+def _content_cycle(w: _Window) -> float:
+    return cycle_score(len(w), w.content_sim) if len(w) >= 2 else 0.0
 
 
-def _content_similarity(views: Sequence[_View], backoff: float, content: float | None = None) -> float:
-    return _clamp(backoff * (_content_cycle(views) if content is None else content))
+def _content_similarity(w: _Window, backoff: float, content: float | None = None) -> float:
+    return _clamp(backoff * (_content_cycle(w) if content is None else content))
 
 
-def _content_fallback(views: Sequence[_View]) -> bool:
-    return not all(v.has_content for v in views)
+def _content_fallback(w: _Window) -> bool:
+    return not all(v.has_content for v in w.views)
 
 
-def _tool_call_repetition(views: Sequence[_View], backoff: float) -> float:
-    if len(views) < 2 or not views[-1].tools:
+def _tool_call_repetition(w: _Window, backoff: float) -> float:
+    if len(w) < 2 or not w[-1].tools:
         return 0.0
-    return _clamp(backoff * _tail_cycle(views, _tool_sim))
+    return _clamp(backoff * _tail_cycle(w, _tool_sim))
 
 
-def _response_stagnation(views: Sequence[_View], backoff: float) -> float:
-    if len(views) < 2:
+def _response_stagnation(w: _Window, backoff: float) -> float:
+    if len(w) < 2:
         return 0.0
-    return _clamp(backoff * _tail_cycle(views, _response_match))
+    return _clamp(backoff * _tail_cycle(w, _response_sim))
 
 
-def _error_cycling(views: Sequence[_View]) -> float:
-    turn = views[-1]
+def _error_cycling(w: _Window) -> float:
+    n = len(w)
+    turn = w[-1]
     if not turn.is_error:
         return 0.0  # this call succeeded: whatever was failing before, the cycle is broken
     repeats = 0.0
-    for earlier in views[:-1]:
+    for i in range(n - 1):
+        earlier = w[i]
         if not earlier.is_error:
             continue
         if earlier.error_fps & turn.error_fps:
             repeats += 1.0  # the same error again
-        elif _content_sim(earlier, turn) >= SAME_FAILING_REQUEST:
+        elif w.content_sim(n - 1, i) >= SAME_FAILING_REQUEST:
             repeats += 0.5  # the same failing request retried, failing differently
-    return _clamp(repeats / SATURATING_CYCLES)
+    return _clamp(repeats / ERROR_SATURATING_REPEATS)
 
 
-def _context_growth(views: Sequence[_View], backoff: float, content: float | None = None) -> float:
+def _context_growth(w: _Window, backoff: float, content: float | None = None) -> float:
     """``content``: the (undiscounted) content cycle score when the caller already has it."""
-    if len(views) < 2:
+    if len(w) < 2:
         return 0.0
-    deltas = [b.input_tokens - a.input_tokens for a, b in zip(views, views[1:], strict=False)]
+    deltas = [d for d in w.deltas[1:] if d is not None]
     if deltas[-1] <= 0:
         return 0.0  # the context did not grow on this call
     growing = sum(1 for d in deltas if d > 0) / len(deltas)
@@ -345,7 +513,7 @@ def _context_growth(views: Sequence[_View], backoff: float, content: float | Non
     # fingerprints without content), confirmed by the context growing by the same amount each time
     # (the same tool result / message appended again).
     if content is None:
-        content = _tail_cycle(views, _content_sim)
+        content = _content_cycle(w)
     if content == 0.0:
         return 0.0
     increments = cycle_score(
@@ -354,9 +522,9 @@ def _context_growth(views: Sequence[_View], backoff: float, content: float | Non
     return _clamp(backoff * growing * content * (1.0 - INCREMENTS_WEIGHT + INCREMENTS_WEIGHT * increments))
 
 
-def _rate_per_minute(views: Sequence[_View], amounts: Sequence[float]) -> float:
-    start = min(v.ts_ns for v in views)
-    end = max(v.end_ns for v in views)
+def _rate_per_minute(w: _Window, amounts: Sequence[float]) -> float:
+    start = min(v.ts_ns for v in w.views)
+    end = max(v.end_ns for v in w.views)
     duration = max(end - start, MIN_RATE_WINDOW_NS)
     return sum(amounts) / (duration / NS_PER_MINUTE)
 
@@ -372,12 +540,12 @@ def velocity_score(rate: float, threshold: float) -> float:
     return _clamp(1.0 - threshold / rate)
 
 
-def _token_velocity(views: Sequence[_View], threshold: float) -> float:
-    return velocity_score(_rate_per_minute(views, [v.tokens for v in views]), threshold)
+def _token_velocity(w: _Window, threshold: float) -> float:
+    return velocity_score(_rate_per_minute(w, [v.tokens for v in w.views]), threshold)
 
 
-def _cost_velocity(views: Sequence[_View], threshold: float) -> float:
-    return velocity_score(_rate_per_minute(views, [v.cost_usd for v in views]), threshold)
+def _cost_velocity(w: _Window, threshold: float) -> float:
+    return velocity_score(_rate_per_minute(w, [v.cost_usd for v in w.views]), threshold)
 
 
 # --------------------------------------------------------------------------------- public functions
@@ -386,8 +554,8 @@ def _cost_velocity(views: Sequence[_View], threshold: float) -> float:
 def content_similarity(history: Sequence[Turn], turn: Turn) -> float:
     """The new content of this call (SimHash of its last input message and of its output, plus its tool
     calls) repeats the tail of the history; structural fingerprints when content is absent."""
-    views = _views(history, turn)
-    return _content_similarity(views, _backoff_factor(views))
+    w = _views(history, turn)
+    return _content_similarity(w, _backoff_factor(w))
 
 
 def content_fallback(history: Sequence[Turn], turn: Turn) -> bool:
@@ -398,14 +566,14 @@ def content_fallback(history: Sequence[Turn], turn: Turn) -> bool:
 
 def tool_call_repetition(history: Sequence[Turn], turn: Turn) -> float:
     """The call's own tool calls (name + argument values) repeat the previous turns' (period 1..3)."""
-    views = _views(history, turn)
-    return _tool_call_repetition(views, _backoff_factor(views))
+    w = _views(history, turn)
+    return _tool_call_repetition(w, _backoff_factor(w))
 
 
 def response_stagnation(history: Sequence[Turn], turn: Turn) -> float:
-    """Responses repeat: same structure hash, near-identical output tokens (and text / tool calls)."""
-    views = _views(history, turn)
-    return _response_stagnation(views, _backoff_factor(views))
+    """Responses repeat: same structure, near-identical output tokens (and text / tool calls)."""
+    w = _views(history, turn)
+    return _response_stagnation(w, _backoff_factor(w))
 
 
 def error_cycling(history: Sequence[Turn], turn: Turn) -> float:
@@ -415,8 +583,8 @@ def error_cycling(history: Sequence[Turn], turn: Turn) -> float:
 
 def context_growth(history: Sequence[Turn], turn: Turn) -> float:
     """Input tokens keep growing while what is added is not new (repeated content, repeated increments)."""
-    views = _views(history, turn)
-    return _context_growth(views, _backoff_factor(views))
+    w = _views(history, turn)
+    return _context_growth(w, _backoff_factor(w))
 
 
 def token_velocity(history: Sequence[Turn], turn: Turn, threshold: float) -> float:
@@ -432,16 +600,16 @@ def cost_velocity(history: Sequence[Turn], turn: Turn, threshold: float) -> floa
 def compute_signals(history: Sequence[Turn], turn: Turn, cfg: LoopDetectionConfig) -> Signals:
     """All seven signals of ``turn`` given the scope's previous turns (oldest first; only the last
     ``cfg.history_depth`` are used)."""
-    views = _views(history, turn, cfg.history_depth)
-    backoff = _backoff_factor(views)
-    content = _content_cycle(views)
+    w = _views(history, turn, cfg.history_depth)
+    backoff = _backoff_factor(w)
+    content = _content_cycle(w)
     return Signals(
-        content_similarity=_content_similarity(views, backoff, content),
-        tool_call_repetition=_tool_call_repetition(views, backoff),
-        response_stagnation=_response_stagnation(views, backoff),
-        error_cycling=_error_cycling(views),
-        token_velocity=_token_velocity(views, cfg.token_velocity_threshold),
-        context_growth=_context_growth(views, backoff, content),
-        cost_velocity=_cost_velocity(views, cfg.cost_velocity_threshold),
-        content_fallback=_content_fallback(views),
+        content_similarity=_content_similarity(w, backoff, content),
+        tool_call_repetition=_tool_call_repetition(w, backoff),
+        response_stagnation=_response_stagnation(w, backoff),
+        error_cycling=_error_cycling(w),
+        token_velocity=_token_velocity(w, cfg.token_velocity_threshold),
+        context_growth=_context_growth(w, backoff, content),
+        cost_velocity=_cost_velocity(w, cfg.cost_velocity_threshold),
+        content_fallback=_content_fallback(w),
     )
