@@ -77,6 +77,10 @@ def chdb_param(value: Any) -> Any:
     so arrays and tuples must be spelled as quoted literals)."""
     if isinstance(value, (list, tuple)):
         return _quote(value)
+    if isinstance(value, str):
+        # parameter values are parsed in ClickHouse's escaped text format: backslashes, tabs and
+        # newlines must be escaped or they would be read as escape sequences
+        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
     return value
 
 
