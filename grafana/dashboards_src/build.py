@@ -719,12 +719,12 @@ def cost_velocity() -> Any:
 
     grid.row("Budgets")
     budget_events = bars(timeseries.Panel().title("Budget actions")
-                         .description("Budget events (kind 'budget') by action: notify when a budget is crossed, "
+                         .description("Budget events (kind 'budget') by action: alert when a budget is crossed, "
                                       "block when a blocking budget is exhausted.")
                          .with_target(ts_sql("""
                              SELECT
                                  $__timeInterval(ts) AS time,
-                                 countIf(action = 'notify') AS notify,
+                                 countIf(action = 'alert') AS alert,
                                  countIf(action = 'block' AND mode != 'dry_run') AS block,
                                  countIf(action = 'block' AND mode = 'dry_run') AS dry_run_block
                              FROM otel.loop_events
@@ -732,7 +732,7 @@ def cost_velocity() -> Any:
                              GROUP BY time
                              ORDER BY time
                          """))).unit("short")
-    budget_events.override_by_name("notify", [fixed_color("yellow")])
+    budget_events.override_by_name("alert", [fixed_color("yellow")])
     budget_events.override_by_name("block", [fixed_color("red")])
     budget_events.override_by_name("dry_run_block", [fixed_color("purple")])
     grid.add(budget_events, 12, 8)
