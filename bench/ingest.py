@@ -1,0 +1,410 @@
+"""OTLP/HTTP ingest benchmark: GenAI spans from client to committed rows, beside the raw chDB insert.
+
+    .venv/bin/python bench/ingest.py [--spans N] [--batch B] [--clients C] [--repeat R] [--update-docs]
+
+1. Builds N realistic GenAI spans (two thirds ``chat`` client spans with ~16 attributes including
+   ~1 KB of ``gen_ai.input.messages`` and ~0.3 KB of ``gen_ai.output.messages``, one third
+   ``execute_tool`` internal spans, a fifth of those failing) and pre-encodes them as protobuf
+   ``ExportTraceServiceRequest`` bodies of B spans each (deterministic: a fixed seed and clock).
+2. End to end: starts the receiver (``create_otlp_app`` over a fresh chDB store, uvicorn) in a
+   separate process, warms it up, then C client threads post every body; the time runs from the
+   first request to the last ``200`` (a ``200`` is sent only after the rows are committed, the
+   materialized view into ``otel.genai_calls`` included). The server process then counts the rows.
+3. The decoder alone (protobuf -> rows -> JSONEachRow), one thread, same bodies.
+4. The baseline: the raw chDB insert of the same rows (JSONEachRow into ``otel.otel_traces`` of a
+   fresh store, materialized view included), one insert per batch, in this process.
+
+Steps 2-4 run R times, each after waiting for the machine to be idle (it may be shared); the table
+(figure | value | unit | ratio vs baseline) shows the run with the median end-to-end ratio.
+``--update-docs`` writes it into ``docs/benchmarks.md`` under "## Ingest (bench/ingest.py)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
+from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
+
+from detector.config import IngestSettings  # noqa: E402
+from detector.ingest.otlp import TRACES_TABLE, decode_protobuf  # noqa: E402
+from detector.store import encode_rows  # noqa: E402
+
+SECTION = "## Ingest (bench/ingest.py)"
+SECOND = 1_000_000_000
+_SENTENCE = ("the agent reads the failing test then searches the repository for the helper it calls and patches "
+             "the off by one error in the loop before running the suite again to confirm that every case passes")
+WORDS = tuple(_SENTENCE.split(" "))
+TOOLS = ("read_file", "search_code", "run_tests", "apply_patch", "list_dir")
+
+
+# -- workload ---------------------------------------------------------------------------------------------
+
+
+def _text(rng: random.Random, size: int) -> str:
+    out, n = [], 0
+    while n < size:
+        word = rng.choice(WORDS)
+        out.append(word)
+        n += len(word) + 1
+    return " ".join(out)
+
+
+def _kv(key: str, value: object) -> KeyValue:
+    kv = KeyValue(key=key)
+    if isinstance(value, bool):
+        kv.value.bool_value = value
+    elif isinstance(value, int):
+        kv.value.int_value = value
+    elif isinstance(value, float):
+        kv.value.double_value = value
+    elif isinstance(value, list):
+        for item in value:
+            kv.value.array_value.values.add(string_value=item)
+    else:
+        kv.value.string_value = str(value)
+    return kv
+
+
+def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = None) -> list[bytes]:
+    """Pre-encoded ExportTraceServiceRequest bodies of ``batch`` GenAI spans each."""
+    rng = random.Random(seed)
+    now_ns = now_ns or time.time_ns()
+    bodies = []
+    made = 0
+    trace_id, conversation, t = b"", "", now_ns
+    while made < spans:
+        req = ExportTraceServiceRequest()
+        rs = req.resource_spans.add()
+        rs.resource.attributes.extend([
+            _kv("service.name", "coding-agent"), _kv("service.version", "1.4.2"),
+            _kv("telemetry.sdk.name", "opentelemetry"), _kv("telemetry.sdk.language", "python"),
+            _kv("telemetry.sdk.version", "1.45.2"), _kv("deployment.environment", "prod")])
+        ss = rs.scope_spans.add()
+        ss.scope.name, ss.scope.version = "opentelemetry.instrumentation.openai_v2", "2.1b0"
+        for _ in range(min(batch, spans - made)):
+            if made % 24 == 0:  # a new agent run: 16 model calls and 8 tool calls
+                trace_id = rng.randbytes(16)
+                conversation = f"conv-{rng.randrange(10**12):012d}"
+                t = now_ns - rng.randrange(60 * SECOND, 3600 * SECOND)
+            span = ss.spans.add()
+            span.trace_id, span.span_id, span.parent_span_id = trace_id, rng.randbytes(8), rng.randbytes(8)
+            duration = rng.randrange(20_000_000, 4 * SECOND)
+            span.start_time_unix_nano, span.end_time_unix_nano = t, t + duration
+            t += duration + rng.randrange(1_000_000, 50_000_000)
+            if made % 3 == 2:
+                tool = rng.choice(TOOLS)
+                span.name, span.kind = f"execute_tool {tool}", trace_pb2.Span.SPAN_KIND_INTERNAL
+                span.attributes.extend([
+                    _kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", tool),
+                    _kv("gen_ai.tool.call.id", f"call_{rng.randrange(10**12)}"), _kv("gen_ai.tool.type", "function"),
+                    _kv("gen_ai.tool.call.arguments", json.dumps({"path": f"src/module_{rng.randrange(40)}.py"})),
+                    _kv("gen_ai.conversation.id", conversation), _kv("loop_detector.virtual_key", "vk-team-a")])
+                if rng.random() < 0.2:
+                    span.attributes.append(_kv("error.type", "FileNotFoundError"))
+                    span.status.code, span.status.message = trace_pb2.Status.STATUS_CODE_ERROR, "no such file"
+            else:
+                span.name, span.kind = "chat gpt-4o", trace_pb2.Span.SPAN_KIND_CLIENT
+                messages = [{"role": "system", "parts": [{"type": "text", "content": _text(rng, 250)}]},
+                            {"role": "user", "parts": [{"type": "text", "content": _text(rng, 650)}]}]
+                output = [{"role": "assistant", "parts": [{"type": "text", "content": _text(rng, 250)}],
+                           "finish_reason": "stop"}]
+                span.attributes.extend([
+                    _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.provider.name", "openai"),
+                    _kv("gen_ai.request.model", "gpt-4o"), _kv("gen_ai.response.model", "gpt-4o-2024-08-06"),
+                    _kv("gen_ai.request.temperature", 0.2), _kv("gen_ai.request.max_tokens", 1024),
+                    _kv("gen_ai.response.id", f"chatcmpl-{rng.randrange(10**15)}"),
+                    _kv("gen_ai.response.finish_reasons", ["stop"]),
+                    _kv("gen_ai.usage.input_tokens", rng.randrange(200, 6000)),
+                    _kv("gen_ai.usage.output_tokens", rng.randrange(10, 800)),
+                    _kv("gen_ai.conversation.id", conversation), _kv("server.address", "api.openai.com"),
+                    _kv("server.port", 443), _kv("loop_detector.virtual_key", "vk-team-a"),
+                    _kv("gen_ai.input.messages", json.dumps(messages)),
+                    _kv("gen_ai.output.messages", json.dumps(output))])
+                span.status.code = trace_pb2.Status.STATUS_CODE_OK
+            made += 1
+        bodies.append(req.SerializeToString())
+    return bodies
+
+
+# -- the receiver process ---------------------------------------------------------------------------------
+
+
+def serve(data_dir: str) -> None:
+    """Child process: the receiver over a fresh store; prints its port, then row counts at exit."""
+    import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from detector.ingest.receiver import IngestMetrics, create_otlp_app
+    from detector.store import ChdbStore, apply_schema
+
+    store = ChdbStore(data_dir)
+    apply_schema(store)
+    metrics = IngestMetrics()
+    app = create_otlp_app(store, IngestSettings(max_body_bytes=256 * 1024 * 1024), metrics)
+
+    async def bench_metrics(request: Request) -> JSONResponse:
+        return JSONResponse({"inserts": metrics.inserts, "insert_seconds": metrics.insert_seconds})
+
+    app.router.routes.append(Route("/bench/metrics", bench_metrics))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    print(json.dumps({"port": sock.getsockname()[1]}), flush=True)
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down on
+        server.run(sockets=[sock])
+    counts = store.rows("SELECT (SELECT count() FROM otel.otel_traces) AS traces, "
+                        "(SELECT count() FROM otel.genai_calls) AS calls")[0]
+    print(json.dumps({**counts, "inserts": metrics.inserts, "insert_seconds": metrics.insert_seconds,
+                      "accepted": metrics.spans_accepted}), flush=True)
+    store.close()
+
+
+def end_to_end(bodies: list[bytes], clients: int, warmup: bytes) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as data_dir:
+        proc = subprocess.Popen([sys.executable, __file__, "--serve", data_dir], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        try:
+            port = json.loads(proc.stdout.readline())["port"]
+            url = f"http://127.0.0.1:{port}/v1/traces"
+            headers = {"Content-Type": "application/x-protobuf"}
+            with httpx.Client(timeout=600) as client:
+                for _ in range(200):
+                    try:
+                        if client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(0.05)
+                assert client.post(url, content=warmup, headers=headers).status_code == 200
+                before = client.get(f"http://127.0.0.1:{port}/bench/metrics").json()
+
+            work: queue.Queue[bytes] = queue.Queue()
+            for body in bodies:
+                work.put(body)
+            statuses: list[int] = []
+            latencies: list[float] = []
+            lock = threading.Lock()
+            start = threading.Barrier(clients + 1)
+
+            def client_loop() -> None:
+                with httpx.Client(timeout=600) as client:
+                    start.wait()
+                    while True:
+                        try:
+                            body = work.get_nowait()
+                        except queue.Empty:
+                            return
+                        t = time.perf_counter()
+                        status = client.post(url, content=body, headers=headers).status_code
+                        with lock:
+                            statuses.append(status)
+                            latencies.append(time.perf_counter() - t)
+
+            threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+            for thread in threads:
+                thread.start()
+            start.wait()
+            t0 = time.perf_counter()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - t0
+            with httpx.Client(timeout=60) as client:
+                after = client.get(f"http://127.0.0.1:{port}/bench/metrics").json()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=120)
+        counts = json.loads(out.strip().splitlines()[-1])
+    if statuses != [200] * len(bodies):
+        raise SystemExit(f"non-200 answers: {sorted(set(statuses))}")
+    return {"elapsed": elapsed, "latency_p50": statistics.median(latencies), "latency_max": max(latencies),
+            "timed_inserts": after["inserts"] - before["inserts"],
+            "store_busy": (after["insert_seconds"] - before["insert_seconds"]) / elapsed, **counts}
+
+
+# -- in-process figures -----------------------------------------------------------------------------------
+
+
+def decode_all(bodies: list[bytes], now_ns: int) -> tuple[float, list[bytes], int]:
+    settings = IngestSettings()
+    t0 = time.perf_counter()
+    payloads, spans = [], 0
+    for body in bodies:
+        result = decode_protobuf(body, settings, now_ns)
+        payloads.append(encode_rows(result.rows))
+        spans += result.accepted
+    return time.perf_counter() - t0, payloads, spans
+
+
+def raw_insert(payloads: list[bytes]) -> tuple[float, float, int, int]:
+    """Seconds to insert the payloads one by one into otel.otel_traces (MV included) and into a
+    copy of the table without the MV (for reference), and the rows the first wrote."""
+    from detector.store import ChdbStore, apply_schema
+
+    with tempfile.TemporaryDirectory(prefix="bench-raw-") as data_dir:
+        store = ChdbStore(data_dir)
+        apply_schema(store)
+        store.command("CREATE TABLE otel.otel_traces_no_mv AS otel.otel_traces")
+        for table in (TRACES_TABLE, "otel.otel_traces_no_mv"):  # warm-up: one row each
+            store.insert_json(table, payloads[0][: payloads[0].index(b"\n")])
+        t0 = time.perf_counter()
+        for payload in payloads:
+            store.insert_json(TRACES_TABLE, payload)
+        elapsed = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for payload in payloads:
+            store.insert_json("otel.otel_traces_no_mv", payload)
+        elapsed_no_mv = time.perf_counter() - t0
+        counts = store.rows("SELECT (SELECT count() FROM otel.otel_traces) AS traces, "
+                            "(SELECT count() FROM otel.genai_calls) AS calls")[0]
+        store.close()
+    return elapsed, elapsed_no_mv, counts["traces"] - 1, counts["calls"] - 1
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+
+def wait_until_quiet(max_wait: float, idle_share: float = 0.85) -> float | None:
+    """The machine may be shared: wait (up to ``max_wait`` s) until it is ``idle_share`` idle over 3 s;
+    returns the idle share seen last (``None`` where /proc/stat is missing)."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        before = _cpu_times()
+        time.sleep(3)
+        after = _cpu_times()
+        if before is None or after is None:
+            return None
+        idle = (after[1] - before[1]) / max(1, after[0] - before[0])
+        if idle >= idle_share or time.monotonic() > deadline:
+            return idle
+
+
+# -- report -----------------------------------------------------------------------------------------------
+
+
+def table(rows: list[tuple[str, str, str, str]]) -> str:
+    head = ("figure", "value", "unit", "ratio vs baseline")
+    lines = [f"| {' | '.join(head)} |", "|" + "|".join(["---"] * 4) + "|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows]
+    return "\n".join(lines)
+
+
+def analysis(m: dict[str, float]) -> str:
+    return (
+        "What bounds it: the store. chDB runs each INSERT (JSONEachRow parsing, the MergeTree write and the "
+        "materialized view into `otel.genai_calls`) on one thread, behind `ChdbStore`'s lock, and the receiver "
+        f"kept it inserting {m['busy'] * 100:.0f}% of the run (the rest is the pipeline filling: the first "
+        "request must arrive and be decoded before the first insert starts). Decoding takes about "
+        f"{m['base'] / m['decode'] * 100:.0f}% of one core at the baseline rate and runs on the other core, "
+        "overlapped with the insert of the previous group. The materialized view alone halves the insert rate "
+        f"({m['no_mv']:,.0f} spans/s without it), so the raw insert of these GenAI spans, and with it the end-to-end "
+        "rate, stays well under 20,000 spans/s on this 2-core machine; group commit (requests that queue during "
+        "an insert go into the next one together) keeps the receiver at the raw insert's rate because larger "
+        "inserts cost less per row."
+    )
+
+
+def update_docs(text: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    current = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    block = f"{SECTION}\n\n{text.rstrip()}\n\n"
+    new = pattern.sub(lambda _: block, current) if pattern.search(current) else current.rstrip() + "\n\n" + block
+    path.write_text(new.rstrip() + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spans", type=int, default=100_000, help="GenAI spans to send (default 100000)")
+    parser.add_argument("--batch", type=int, default=5_000, help="spans per OTLP request (default 5000)")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent client connections (default 8)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs; the table shows the median one (default 3)")
+    parser.add_argument("--max-wait", type=float, default=300,
+                        help="before each run, wait up to this many seconds for the machine to be 85%% idle")
+    parser.add_argument("--update-docs", action="store_true", help="write the table into docs/benchmarks.md")
+    parser.add_argument("--serve", metavar="DATA_DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
+
+    now_ns = time.time_ns()
+    bodies = build_bodies(args.spans, args.batch, now_ns=now_ns)
+    warmup = build_bodies(500, 500, seed=99, now_ns=now_ns)[0]
+    mb = sum(map(len, bodies)) / 1e6
+    print(f"{args.spans} spans in {len(bodies)} requests of {args.batch} ({mb:.1f} MB protobuf), "
+          f"{args.clients} clients, {os.cpu_count()} CPUs, {args.repeat} runs", file=sys.stderr)
+
+    runs = []
+    for _ in range(args.repeat):
+        idle = wait_until_quiet(args.max_wait)
+        e2e = end_to_end(bodies, args.clients, warmup)  # first: nothing else of ours is running yet
+        if (e2e["traces"], e2e["accepted"]) != (args.spans + 500, args.spans + 500):
+            raise SystemExit(f"end to end stored {e2e['traces']} rows, expected {args.spans + 500}")
+        decode_s, payloads, decoded = decode_all(bodies, now_ns)
+        raw_s, raw_no_mv_s, raw_traces, raw_calls = raw_insert(payloads)
+        del payloads
+        if (raw_traces, raw_calls) != (args.spans, e2e["calls"] - 500):
+            raise SystemExit(f"raw insert stored {raw_traces} rows / {raw_calls} calls, "
+                             f"end to end {e2e['traces'] - 500} / {e2e['calls'] - 500}")
+        run = {"base": args.spans / raw_s, "no_mv": args.spans / raw_no_mv_s, "e2e": args.spans / e2e["elapsed"], "decode": decoded / decode_s,
+               "group": args.spans / max(1, e2e["timed_inserts"]), "busy": e2e["store_busy"],
+               "p50": e2e["latency_p50"], "max": e2e["latency_max"], "calls": e2e["calls"] - 500}
+        run["ratio"] = run["e2e"] / run["base"]
+        run["idle_before"] = -1.0 if idle is None else idle
+        print("  run: " + ", ".join(f"{k} {v:,.2f}" for k, v in run.items()), file=sys.stderr)
+        runs.append(run)
+    m = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2]  # the run with the median ratio, whole
+    rows = [
+        ("raw chDB insert, JSONEachRow + MV, 1 insert per batch (baseline)", f"{m['base']:,.0f}", "spans/s", "1.00"),
+        ("end to end OTLP/HTTP protobuf -> committed rows", f"{m['e2e']:,.0f}", "spans/s", f"{m['ratio']:.2f}"),
+        ("decode only: protobuf -> rows -> JSONEachRow, 1 thread", f"{m['decode']:,.0f}", "spans/s",
+         f"{m['decode'] / m['base']:.2f}"),
+        ("raw chDB insert without the MV (reference)", f"{m['no_mv']:,.0f}", "spans/s",
+         f"{m['no_mv'] / m['base']:.2f}"),
+        ("end to end: rows per insert (group commit)", f"{m['group']:,.0f}", "rows", f"{m['group'] / args.batch:.2f} x batch"),
+        ("end to end: share of the run the store was inserting", f"{m['busy'] * 100:.0f}", "%", ""),
+        ("end to end: request latency p50", f"{m['p50'] * 1000:,.0f}", "ms", ""),
+        ("end to end: request latency max", f"{m['max'] * 1000:,.0f}", "ms", ""),
+        ("genai_calls rows written by the MV (end to end)", f"{m['calls']:,.0f}", "rows", ""),
+    ]
+    text = table(rows)
+    print(text)
+    if args.update_docs:
+        command = (f".venv/bin/python bench/ingest.py --spans {args.spans} --batch {args.batch} "
+                   f"--clients {args.clients} --repeat {args.repeat}")
+        per_run = "; ".join(f"{r['e2e']:,.0f} / {r['base']:,.0f} = {r['ratio']:.2f}" for r in runs)
+        update_docs(f"`{command}`\n\n{args.spans:,} GenAI spans ({mb:.1f} MB protobuf) in requests of {args.batch}, "
+                    f"{args.clients} concurrent clients, {os.cpu_count()} CPUs. The table is the run with the median ratio of "
+                    f"{args.repeat} (end to end / baseline spans/s per run: {per_run}); the machine is shared, so "
+                    f"absolute rates vary from run to run.\n\n{text}\n\n{analysis(m)}")
+
+
+if __name__ == "__main__":
+    main()
