@@ -596,8 +596,8 @@ def render(metrics: dict[str, Any], markdown: bool = False) -> str:
     table(["family", "metric"] + [short[s["name"]] for s in systems], rows)
 
     if "targets" in metrics:
-        title = f"Targets ({metrics.get('target_system', LOOP_DETECTOR)})"
-        lines.append(f"## {title}" if markdown else title.upper())
+        system = metrics.get("target_system", LOOP_DETECTOR)
+        lines.append(f"## Targets ({system})" if markdown else f"TARGETS ({system})")
         lines.append("")
         for t in metrics["targets"]:
             mark = "met" if t["met"] else "NOT MET"
