@@ -286,8 +286,10 @@ def increment_closeness(a: int, b: int) -> float:
 
 
 def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
-    if not a and not b:
+    if not a or not b:
         return 0.0
+    if a == b:
+        return 1.0
     return len(a & b) / len(a | b)
 
 
@@ -297,7 +299,7 @@ def _tool_match(a: _View, b: _View) -> float:
     retries, the same failure each time: the same failing call)."""
     score = _jaccard(a.tools, b.tools)
     if score < 1.0 and a.is_error and b.is_error and a.tool_names and a.tool_names == b.tool_names \
-            and a.error_fps & b.error_fps:
+            and not a.error_fps.isdisjoint(b.error_fps):
         return 1.0
     return score
 
@@ -344,7 +346,7 @@ def _structural_similarity(w: _Window, i: int, j: int) -> float:
       response shapes alone (e.g. every output cut at ``max_tokens``) are response_stagnation's evidence,
       counted once.
     """
-    a, b = w[i], w[j]
+    a, b = w.views[i], w.views[j]
     request = STRUCTURAL_REQUEST_WEIGHT if a.request_fp and a.request_fp == b.request_fp else 0.0
     if not _same_shape(a, b):
         return request
@@ -358,7 +360,7 @@ def _structural_similarity(w: _Window, i: int, j: int) -> float:
 
 def _content_pair(w: _Window, i: int, j: int) -> tuple[float, bool]:
     """Similarity of the new content of calls i and j, and whether it fell back to structure."""
-    a, b = w[i], w[j]
+    a, b = w.views[i], w.views[j]
     if not (a.has_content and b.has_content):
         return _structural_similarity(w, i, j), True
     if a.request_fp and a.request_fp == b.request_fp:
@@ -400,7 +402,7 @@ def _redundant_input(w: _Window, i: int, j: int, inp: float, text: float | None)
 def _tool_sim(w: _Window, i: int, j: int) -> float:
     """The same tool calls. Fingerprints taken from execute_tool spans may lack the arguments (their
     capture is opt-in): there the same call must also have brought back the same amount (increments)."""
-    a, b = w[i], w[j]
+    a, b = w.views[i], w.views[j]
     score = _tool_match(a, b)
     if score and (a.spans_only or b.spans_only):
         score *= w.increment_match(i, j)
@@ -408,7 +410,7 @@ def _tool_sim(w: _Window, i: int, j: int) -> float:
 
 
 def _response_sim(w: _Window, i: int, j: int) -> float:
-    return _response_match(w[i], w[j])
+    return _response_match(w.views[i], w.views[j])
 
 
 # ------------------------------------------------------------------------------------------- cycles
@@ -424,15 +426,17 @@ def cycle_score(n: int, sim: Callable[[int, int], float], max_period: int | None
     """
     best = 0.0
     for period in range(1, min(max_period or MAX_PERIOD, n - 1) + 1):
-        total = 0.0
+        total, enough = 0.0, period * SATURATING_CYCLES
         j = n - 1
-        while j - period >= 0:
+        while j - period >= 0 and total < enough:  # past saturation, further repeats change nothing
             s = sim(j, j - period)
             if s < CYCLE_MATCH_MIN:
                 break
             total += s
             j -= 1
         best = max(best, total / period)
+        if best >= SATURATING_CYCLES:
+            break
     return _clamp(best / SATURATING_CYCLES)
 
 
