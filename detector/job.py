@@ -165,12 +165,12 @@ class DetectorJob:
             insert_rows(self.store, "otel.loop_events", out.events)
         version = self.version()
         insert_rows(self.store, "otel.loop_decisions", (d.to_row(version) for d in out.decisions))
+        self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
         self.watermark_us = cutoff
         if not replay:
             self.processed_us = cutoff
             insert_rows(self.store, "otel.loop_meta",
                         [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
-        self.book.put(out.decisions)
         self._maybe_checkpoint(now_us)
         newest = max((c.inserted_us for c in calls), default=cutoff)
         stats = CycleStats(

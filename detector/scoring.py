@@ -3,10 +3,10 @@
 EMA start: a scope's first score is smoothed from 0 (``ema(None, v, a) == a * v``), not taken as is.
 The spec smooths "to prevent single-request spikes from triggering enforcement"; starting at the first
 raw value would let the very first call of a scope count at full weight towards the consecutive-calls
-counters, which is exactly such a spike. Starting at 0 treats a new scope as "no evidence of a loop
-yet". The cost is small: a scope's first call has no history, so its raw score is near 0 anyway (only
-the velocity signals can be non-zero), and a stuck tool loop (raw 0, 0.33, 0.70, 0.75, 0.76, ...) is
-smoothed to 0, 0.10, 0.28, 0.42, 0.52, ... and crosses warn (0.30) on its 4th call either way.
+counters, which is exactly such a spike. Starting at 0 treats a new scope
+as "no evidence of a loop yet". The cost is small: a scope's first call has no history, so its raw score
+is near 0 anyway (only the velocity signals can be non-zero). docs/detection-quality.md derives the minimum
+delay to warn that this smoothing and the consecutive counts impose.
 """
 
 from __future__ import annotations
