@@ -51,204 +51,20 @@ PARTITION BY toDate(inserted_at)
 ORDER BY (session_id, ts, span_id);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
-WITH
-    SpanAttributes AS a,
-    ResourceAttributes AS r,
-    a['openinference.span.kind'] AS oi_kind,
-    -- operation: current semconv first, then the OpenLLMetry (legacy), OpenInference and traceloop dialects.
-    -- Only this is computed for every span: the rest only for the GenAI spans the WHERE keeps.
-    coalesce(
-        nullIf(a['gen_ai.operation.name'], ''),
-        multiIf(
-            a['llm.request.type'] = 'chat', 'chat',
-            a['llm.request.type'] = 'completion', 'text_completion',
-            a['llm.request.type'] = 'embedding', 'embeddings',
-            oi_kind = 'LLM', 'chat',
-            oi_kind = 'TOOL', 'execute_tool',
-            oi_kind = 'AGENT', 'invoke_agent',
-            oi_kind = 'EMBEDDING', 'embeddings',
-            a['traceloop.span.kind'] = 'tool', 'execute_tool',
-            a['traceloop.span.kind'] = 'agent', 'invoke_agent',
-            NULL),
-        '') AS op,
-    op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
-    oi_kind != '' AS oi,
-    -- OpenLLMetry before its move to gen_ai.input.messages: indexed gen_ai.prompt.N.* / gen_ai.completion.N.*
-    (mapContains(a, 'gen_ai.prompt.0.role') OR mapContains(a, 'gen_ai.completion.0.role')) AS ol,
-    -- span events carrying content (semconv <= 1.30 event names; the older gen_ai.content.* events of OpenLIT)
-    hasAny(Events.Name, ['gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
-        'gen_ai.tool.message', 'gen_ai.choice', 'gen_ai.content.prompt', 'gen_ai.content.completion']) AS ev,
-
-    -- (1) GenAI semantic conventions: JSON messages of parts (v2, OpenLLMetry >= 0.5x, OpenLIT)
-    a['gen_ai.input.messages'] AS in_msgs,
-    a['gen_ai.output.messages'] AS out_msgs,
-    if(in_msgs != '', JSONExtractRaw(in_msgs, -1), '') AS sc_last_msg,
-    -- text of the last input message: its text parts and tool results (an older flat shape: 'content')
-    if(sc_last_msg != '', arrayStringConcat(arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
-            if(JSONType(p, 'response') = 'String', JSONExtractString(p, 'response'), JSONExtractRaw(p, 'response')),
-            JSONExtractString(p, 'content')), JSONExtractArrayRaw(sc_last_msg, 'parts')), ' ')
-        || JSONExtractString(sc_last_msg, 'content'), '') AS sc_last,
-    if(out_msgs != '', arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs))), [])
-        AS sc_parts,
-    arrayMap(p -> JSONExtractString(p, 'type'), sc_parts) AS sc_types,
-    arrayStringConcat(arrayFilter(x -> x != '', arrayMap(p -> JSONExtractString(p, 'content'), sc_parts)), ' ') AS sc_out,
-    arrayFilter((p, t) -> t = 'tool_call', sc_parts, sc_types) AS sc_calls,
-
-    -- (2) OpenLLMetry, indexed: gen_ai.prompt.N.{role,content,tool_calls.M.*}, gen_ai.completion.N.*
-    if(ol, arrayFilter(k -> startsWith(k, 'gen_ai.prompt.') OR startsWith(k, 'gen_ai.completion.'), mapKeys(a)), [])
-        AS ol_keys,
-    arraySort(arrayFilter(k -> startsWith(k, 'gen_ai.prompt.'), ol_keys)) AS ol_prompt_keys,
-    length(arrayFilter(k -> endsWith(k, '.role'), ol_prompt_keys)) AS ol_n,
-    arraySort(arrayFilter(k -> startsWith(k, 'gen_ai.completion.') AND endsWith(k, '.name')
-        AND (position(k, '.tool_calls.') > 0 OR position(k, '.function_call.') > 0), ol_keys)) AS ol_call_keys,
-    arraySort(arrayFilter(k -> startsWith(k, 'gen_ai.completion.') AND endsWith(k, '.content'), ol_keys))
-        AS ol_out_keys,
-
-    -- (3) OpenInference: llm.input_messages.N.message.*, llm.output_messages.N.message.*, input.value
-    if(oi, arrayFilter(k -> startsWith(k, 'llm.input_messages.') OR startsWith(k, 'llm.output_messages.'), mapKeys(a)),
-        []) AS oi_keys,
-    arraySort(arrayFilter(k -> startsWith(k, 'llm.input_messages.'), oi_keys)) AS oi_in_keys,
-    concat('llm.input_messages.', toString(length(arrayFilter(k -> endsWith(k, '.message.role'), oi_in_keys)) - 1),
-        '.message.') AS oi_last_prefix,
-    arraySort(arrayFilter(k -> startsWith(k, 'llm.output_messages.') AND endsWith(k, '.tool_call.function.name'),
-        oi_keys)) AS oi_call_keys,
-    arraySort(arrayFilter(k -> startsWith(k, 'llm.output_messages.')
-        AND (endsWith(k, '.message.content') OR endsWith(k, '.message_content.text')), oi_keys)) AS oi_out_keys,
-
-    -- (4) span events: {system,user,assistant,tool}.message and gen_ai.choice (body in gen_ai.event.content, or
-    -- a plain 'content' attribute), gen_ai.content.prompt / .completion (attributes gen_ai.prompt / gen_ai.completion)
-    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
-        'gen_ai.tool.message', 'gen_ai.content.prompt'), Events.Attributes, Events.Name), []) AS ev_in,
-    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.choice', 'gen_ai.content.completion'), Events.Attributes, Events.Name),
-        []) AS ev_out,
-    arrayMap(x -> multiIf(x['gen_ai.event.content'] != '', JSONExtractString(x['gen_ai.event.content'], 'content'),
-        x['gen_ai.prompt'] != '', arrayElement(splitByChar('\n', x['gen_ai.prompt']), -1), x['content']), ev_in) AS ev_in_text,
-    arrayFlatten(arrayMap(x -> JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'), ev_out)) AS ev_calls,
-
-    -- the whole input (request fingerprint) and the new content of this call (turn fingerprints)
-    multiIf(
-        in_msgs != '', in_msgs,
-        ol, arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), ol_prompt_keys), '\x1e'),
-        oi, replaceAll(coalesce(nullIf(a['input.value'], ''),
-            arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), oi_in_keys), '\x1e')), '__REDACTED__', ''),
-        ev, concat(arrayStringConcat(arrayMap(x -> toString(x), ev_in), '\x1e')),
-        '') AS whole_input,
-    multiIf(
-        in_msgs != '', sc_last,
-        ol, a[concat('gen_ai.prompt.', toString(ol_n - 1), '.content')],
-        oi, replaceAll(concat(a[concat(oi_last_prefix, 'content')], arrayStringConcat(arrayMap(k -> a[k],
-            arrayFilter(k -> startsWith(k, oi_last_prefix) AND endsWith(k, '.message_content.text'), oi_in_keys)), ' ')),
-            '__REDACTED__', ''),
-        ev, arrayElement(ev_in_text, -1),
-        '') AS last_input,
-    multiIf(
-        out_msgs != '', sc_out,
-        ol, arrayStringConcat(arrayMap(k -> a[k], ol_out_keys), ' '),
-        oi, replaceAll(if(length(oi_out_keys) > 0, arrayStringConcat(arrayMap(k -> a[k], oi_out_keys), ' '),
-            if(a['output.mime_type'] = 'text/plain', a['output.value'], '')), '__REDACTED__', ''),
-        ev, arrayStringConcat(arrayMap(x -> multiIf(x['gen_ai.event.content'] != '',
-            JSONExtractString(x['gen_ai.event.content'], 'message', 'content'), x['gen_ai.completion'] != '',
-            x['gen_ai.completion'], x['content']), ev_out), ' '),
-        '') AS output_text,
-    (trimBoth(whole_input) != '' OR trimBoth(output_text) != '') AS content,
-
-    -- tool calls the model asked for: (name, arguments) from whichever dialect has them; OpenLIT also puts
-    -- them, comma-joined, in gen_ai.tool.name / gen_ai.tool.args on the chat span (with or without content)
-    multiIf(
-        length(sc_calls) > 0, arrayMap(p -> JSONExtractString(p, 'name'), sc_calls),
-        length(ol_call_keys) > 0, arrayMap(k -> a[k], ol_call_keys),
-        length(oi_call_keys) > 0, arrayMap(k -> a[k], oi_call_keys),
-        length(ev_calls) > 0, arrayMap(c -> JSONExtractString(c, 'function', 'name'), ev_calls),
-        is_llm AND a['gen_ai.tool.name'] != '', splitByString(', ', a['gen_ai.tool.name']),
-        []) AS out_tools,
-    multiIf(
-        length(sc_calls) > 0, arrayMap(p -> if(JSONType(p, 'arguments') = 'String', JSONExtractString(p, 'arguments'),
-            JSONExtractRaw(p, 'arguments')), sc_calls),
-        length(ol_call_keys) > 0, arrayMap(k -> a[concat(substring(k, 1, length(k) - 4), 'arguments')], ol_call_keys),
-        length(oi_call_keys) > 0, arrayMap(k -> a[concat(substring(k, 1, length(k) - 4), 'arguments')], oi_call_keys),
-        length(ev_calls) > 0, arrayMap(c -> JSONExtractString(c, 'function', 'arguments'), ev_calls),
-        length(out_tools) = 1, [a['gen_ai.tool.args']],
-        length(out_tools) > 1, arrayResize(JSONExtractArrayRaw(concat('[', a['gen_ai.tool.args'], ']')), length(out_tools), ''),
-        []) AS out_tool_args,
-
-    -- execute_tool spans: tool name and argument values (semconv, OpenInference TOOL, traceloop @tool)
-    if(op = 'execute_tool', coalesce(nullIf(a['gen_ai.tool.name'], ''), nullIf(a['tool.name'], ''),
-        nullIf(a['traceloop.entity.name'], ''), replaceOne(SpanName, 'execute_tool ', '')), '') AS tool,
-    if(op = 'execute_tool', coalesce(
-        nullIf(a['gen_ai.tool.call.arguments'], ''),
-        nullIf(a['tool_call.function.arguments'], ''),
-        if(oi_kind = 'TOOL', nullIf(nullIf(a['input.value'], '__REDACTED__'), ''), NULL),
-        if(JSONHas(a['traceloop.entity.input'], 'kwargs') AND JSONLength(a['traceloop.entity.input'], 'args') = 0,
-            JSONExtractRaw(a['traceloop.entity.input'], 'kwargs'), a['traceloop.entity.input'])), '') AS tool_args,
-    -- usage, with deprecated and dialect names mapped onto the current ones
-    toUInt64OrZero(coalesce(nullIf(a['gen_ai.usage.input_tokens'], ''), nullIf(a['gen_ai.usage.prompt_tokens'], ''),
-        nullIf(a['llm.token_count.prompt'], ''), nullIf(a['llm.usage.prompt_tokens'], ''), '0')) AS in_tok,
-    toUInt64OrZero(coalesce(nullIf(a['gen_ai.usage.output_tokens'], ''), nullIf(a['gen_ai.usage.completion_tokens'], ''),
-        nullIf(a['llm.token_count.completion'], ''), nullIf(a['llm.usage.completion_tokens'], ''), '0')) AS out_tok,
-    -- errors: span status (new and old spellings), error.type, or a recorded exception event; the type as the
-    -- exception class's short name whichever way it was written ('<class 'openai.RateLimitError'>' included)
-    (StatusCode IN ('Error', 'STATUS_CODE_ERROR') OR a['error.type'] != '') AS err,
-    if(err, coalesce(nullIf(a['error.type'], ''), nullIf(arrayElement(arrayMap(x -> x['exception.type'],
-        arrayFilter((x, n) -> n = 'exception', Events.Attributes, Events.Name)), 1), ''), '_OTHER'), '') AS err_raw,
-    if(err, arrayElement(splitByChar('.', replaceRegexpOne(err_raw, '^<class \'(.*)\'>$', '\\1')), -1), '') AS err_type,
-    arrayFilter(x -> x != '', if(a['gen_ai.response.finish_reasons'] LIKE '[%',
-        JSONExtract(a['gen_ai.response.finish_reasons'], 'Array(String)'),
-        [a['gen_ai.response.finish_reasons'], a['gen_ai.completion.0.finish_reason'], a['llm.finish_reason']])) AS finish,
-    coalesce(nullIf(a['gen_ai.response.model'], ''), nullIf(a['gen_ai.request.model'], ''),
-        nullIf(a['llm.model_name'], ''), if(oi, JSONExtractString(a['llm.invocation_parameters'], 'model'), ''))
-        AS model_name
+-- Three steps, so that each attribute is looked up once and each expression is analysed once (the view's SQL is
+-- analysed on every INSERT: its size is a fixed cost per insert): (3) fingerprints, from (2) the dialects
+-- normalized, from (1) the attributes the view reads, for GenAI spans only.
 SELECT
-    Timestamp AS ts,
-    Timestamp + toIntervalNanosecond(Duration) AS end_ts,
-    TraceId AS trace_id,
-    SpanId AS span_id,
-    ParentSpanId AS parent_span_id,
-    multiIf(
-        a['gen_ai.conversation.id'] != '', a['gen_ai.conversation.id'],
-        a['session.id'] != '', a['session.id'],
-        a['traceloop.association.properties.session_id'] != '', a['traceloop.association.properties.session_id'],
-        a['langfuse.session.id'] != '', a['langfuse.session.id'],
-        a['loop_detector.session_id'] != '', a['loop_detector.session_id'],
-        r['gen_ai.conversation.id'] != '', r['gen_ai.conversation.id'],
-        r['session.id'] != '', r['session.id'],
-        r['loop_detector.session_id'] != '', r['loop_detector.session_id'],
-        TraceId) AS session_id,
-    multiIf(
-        a['gen_ai.conversation.id'] != '', 'gen_ai.conversation.id',
-        a['session.id'] != '', 'session.id',
-        a['traceloop.association.properties.session_id'] != '', 'traceloop.association.properties.session_id',
-        a['langfuse.session.id'] != '', 'langfuse.session.id',
-        a['loop_detector.session_id'] != '', 'loop_detector.session_id',
-        r['gen_ai.conversation.id'] != '', 'resource:gen_ai.conversation.id',
-        r['session.id'] != '', 'resource:session.id',
-        r['loop_detector.session_id'] != '', 'resource:loop_detector.session_id',
-        'trace') AS session_source,
-    coalesce(nullIf(a['loop_detector.virtual_key'], ''), nullIf(r['loop_detector.virtual_key'], ''),
-        nullIf(a['traceloop.association.properties.virtual_key'], ''), '') AS virtual_key,
-    coalesce(nullIf(a['loop_detector.feature'], ''), nullIf(r['loop_detector.feature'], ''),
-        nullIf(a['traceloop.association.properties.feature'], ''), '') AS feature,
-    ServiceName AS service_name,
+    ts, end_ts, trace_id, span_id, parent_span_id, session_id, session_source, virtual_key, feature, service_name,
     op AS operation,
     multiIf(is_llm, 'llm', op = 'execute_tool', 'tool', op = 'invoke_agent', 'agent', op = 'embeddings', 'embeddings',
         'other') AS call_kind,
-    lower(coalesce(nullIf(a['gen_ai.provider.name'], ''), nullIf(a['gen_ai.system'], ''), nullIf(a['llm.provider'], ''),
-        nullIf(a['llm.system'], ''), '')) AS provider,
-    model_name AS model,
-    coalesce(nullIf(a['gen_ai.agent.name'], ''), '') AS agent_name,
-    tool AS tool_name,
-    coalesce(nullIf(a['gen_ai.tool.call.id'], ''), nullIf(a['tool_call.id'], ''), '') AS tool_call_id,
-    in_tok AS input_tokens,
-    out_tok AS output_tokens,
-    toFloat64OrZero(coalesce(nullIf(a['gen_ai.usage.cost'], ''), nullIf(a['llm.cost.total'], ''),
-        nullIf(a['llm.usage.cost'], ''), '0')) AS cost_usd,
-    err AS is_error,
-    err_type AS error_type,
-    finish AS finish_reasons,
-    content AS has_content,
-    if(content AND whole_input != '', cityHash64(model_name, whole_input),
-        cityHash64(model_name, op, in_tok, tool, a['gen_ai.request.max_tokens'], a['gen_ai.request.temperature']))
-        AS request_fp,
-    if(content, cityHash64(last_input, output_text), 0) AS turn_fp,
+    provider, model, agent_name, tool AS tool_name, tool_call_id, in_tok AS input_tokens, out_tok AS output_tokens,
+    cost_usd, err AS is_error, err_type AS error_type, finish AS finish_reasons,
+    (trimBoth(whole_input) != '' OR trimBoth(output_text) != '') AS has_content,
+    if(has_content AND whole_input != '', cityHash64(model, whole_input),
+        cityHash64(model, op, in_tok, tool, max_tokens, temperature)) AS request_fp,
+    if(has_content, cityHash64(last_input, output_text), 0) AS turn_fp,
     if(trimBoth(last_input) != '', wordShingleSimHashUTF8(last_input), 0) AS input_simhash,
     if(trimBoth(output_text) != '', wordShingleSimHashUTF8(output_text), 0) AS output_simhash,
     -- tool fingerprints, the same for every dialect: name + the argument values with top-level keys sorted
@@ -261,8 +77,190 @@ SELECT
         out_tools, out_tool_args) AS out_tool_fps,
     -- response structure: finish reasons ('tool_calls' and 'tool_call' alike), part types, whether tools were
     -- asked for, output-token bucket
-    cityHash64(arrayMap(x -> if(x IN ('tool_calls', 'function_call'), 'tool_call', x), finish), arraySort(sc_types),
-        length(out_tools) > 0, toUInt32(round(log2(out_tok + 1) * 4))) AS response_fp,
-    if(err, cityHash64(err_type, replaceRegexpAll(StatusMessage, '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\\d+', '#')), 0) AS error_fp
+    cityHash64(arrayMap(x -> if(x IN ('tool_calls', 'function_call'), 'tool_call', x), finish),
+        arraySort(arrayMap(p -> JSONExtractString(p, 'type'), sc_parts)), length(out_tools) > 0,
+        toUInt32(round(log2(out_tok + 1) * 4))) AS response_fp,
+    if(err, cityHash64(err_type, replaceRegexpAll(StatusMessage, '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\\d+', '#')), 0)
+        AS error_fp
+FROM (
+-- (2) the dialects normalized: keys, usage, errors, and the content and tool calls of whichever dialect has them
+WITH
+    -- (a) GenAI semantic conventions: JSON messages of parts (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)
+    if(in_msgs != '', JSONExtractRaw(in_msgs, -1), '') AS sc_last_msg,
+    arrayFilter(p -> JSONExtractString(p, 'type') = 'tool_call', sc_parts) AS sc_calls,
+    -- (b) OpenLLMetry, indexed: gen_ai.prompt.N.{role,content,tool_calls.M.*}, gen_ai.completion.N.*
+    if(ol, arraySort(mapKeys(mapExtractKeyLike(a, 'gen_ai.prompt.%'))), []) AS ol_prompt_keys,
+    if(ol, arraySort(arrayFilter(k -> position(k, '.tool_calls.') > 0 OR position(k, '.function_call.') > 0,
+        mapKeys(mapExtractKeyLike(a, 'gen_ai.completion.%.name')))), []) AS ol_call_keys,
+    -- (c) OpenInference: llm.input_messages.N.message.*, llm.output_messages.N.message.*, input.value
+    if(oi, arraySort(mapKeys(mapExtractKeyLike(a, 'llm.input_messages.%'))), []) AS oi_in_keys,
+    if(oi, concat('llm.input_messages.', toString(length(arrayFilter(k -> endsWith(k, '.message.role'), oi_in_keys)) - 1),
+        '.message.'), '') AS oi_last_prefix,
+    if(oi, arraySort(mapKeys(mapExtractKeyLike(a, 'llm.output_messages.%.tool_call.function.name'))), []) AS oi_call_keys,
+    -- (d) span events: {system,user,assistant,tool}.message and gen_ai.choice (body in gen_ai.event.content, or a
+    -- plain 'content' attribute), gen_ai.content.prompt / .completion (attributes gen_ai.prompt / gen_ai.completion)
+    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
+        'gen_ai.tool.message', 'gen_ai.content.prompt'), ev_attrs, ev_names), []) AS ev_in,
+    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.choice', 'gen_ai.content.completion'), ev_attrs, ev_names), []) AS ev_out,
+    arrayFlatten(arrayMap(x -> JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'), ev_out)) AS ev_calls,
+    -- OpenLIT names the tool calls on the chat span, comma-joined (with or without content)
+    if(is_llm AND lit_tool_names != '', splitByString(', ', lit_tool_names), []) AS lit_tools,
+    arrayElement(arrayMap(x -> x['exception.type'], arrayFilter((x, n) -> n = 'exception', ev_attrs, ev_names)), 1)
+        AS exception_type
+SELECT *,
+    -- the whole input (request fingerprint) and the new content of this call (turn fingerprints): the last input
+    -- message (a tool result's text included) and the output
+    multiIf(
+        in_msgs != '', in_msgs,
+        ol, arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), ol_prompt_keys), '\x1e'),
+        oi, replaceAll(if(input_value != '', input_value,
+            arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), oi_in_keys), '\x1e')), '__REDACTED__', ''),
+        ev, arrayStringConcat(arrayMap(x -> toString(x), ev_in), '\x1e'),
+        '') AS whole_input,
+    multiIf(
+        in_msgs != '', arrayStringConcat(arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
+                if(JSONType(p, 'response') = 'String', JSONExtractString(p, 'response'), JSONExtractRaw(p, 'response')),
+                JSONExtractString(p, 'content')), JSONExtractArrayRaw(sc_last_msg, 'parts')), ' ')
+            || JSONExtractString(sc_last_msg, 'content'),
+        ol, a[concat('gen_ai.prompt.', toString(length(arrayFilter(k -> endsWith(k, '.role'), ol_prompt_keys)) - 1),
+            '.content')],
+        oi, replaceAll(concat(a[concat(oi_last_prefix, 'content')], arrayStringConcat(arrayMap(k -> a[k],
+            arrayFilter(k -> startsWith(k, oi_last_prefix) AND endsWith(k, '.message_content.text'), oi_in_keys)), ' ')),
+            '__REDACTED__', ''),
+        ev, arrayElement(arrayMap(x -> multiIf(x['gen_ai.event.content'] != '',
+            JSONExtractString(x['gen_ai.event.content'], 'content'), x['gen_ai.prompt'] != '',
+            arrayElement(splitByChar('\n', x['gen_ai.prompt']), -1), x['content']), ev_in), -1),
+        '') AS last_input,
+    multiIf(
+        out_msgs != '', arrayStringConcat(arrayFilter(x -> x != '', arrayMap(p -> JSONExtractString(p, 'content'),
+            sc_parts)), ' '),
+        ol, arrayStringConcat(arrayMap(k -> a[k], arraySort(mapKeys(mapExtractKeyLike(a, 'gen_ai.completion.%.content')))),
+            ' '),
+        oi, replaceAll(if(mapContains(a, 'llm.output_messages.0.message.role'), arrayStringConcat(arrayMap(k -> a[k],
+            arraySort(arrayFilter(k -> endsWith(k, '.message.content') OR endsWith(k, '.message_content.text'),
+            mapKeys(mapExtractKeyLike(a, 'llm.output_messages.%'))))), ' '),
+            if(output_mime = 'text/plain', output_value, '')), '__REDACTED__', ''),
+        ev, arrayStringConcat(arrayMap(x -> multiIf(x['gen_ai.event.content'] != '',
+            JSONExtractString(x['gen_ai.event.content'], 'message', 'content'), x['gen_ai.completion'] != '',
+            x['gen_ai.completion'], x['content']), ev_out), ' '),
+        '') AS output_text,
+    -- tool calls the model asked for: (name, arguments)
+    multiIf(
+        length(sc_calls) > 0, arrayMap(p -> JSONExtractString(p, 'name'), sc_calls),
+        length(ol_call_keys) > 0, arrayMap(k -> a[k], ol_call_keys),
+        length(oi_call_keys) > 0, arrayMap(k -> a[k], oi_call_keys),
+        length(ev_calls) > 0, arrayMap(c -> JSONExtractString(c, 'function', 'name'), ev_calls),
+        lit_tools) AS out_tools,
+    multiIf(
+        length(sc_calls) > 0, arrayMap(p -> if(JSONType(p, 'arguments') = 'String', JSONExtractString(p, 'arguments'),
+            JSONExtractRaw(p, 'arguments')), sc_calls),
+        length(ol_call_keys) > 0, arrayMap(k -> a[concat(substring(k, 1, length(k) - 4), 'arguments')], ol_call_keys),
+        length(oi_call_keys) > 0, arrayMap(k -> a[concat(substring(k, 1, length(k) - 4), 'arguments')], oi_call_keys),
+        length(ev_calls) > 0, arrayMap(c -> JSONExtractString(c, 'function', 'arguments'), ev_calls),
+        length(lit_tools) = 1, [lit_tool_args],
+        arrayResize(JSONExtractArrayRaw(concat('[', lit_tool_args, ']')), length(lit_tools), '')) AS out_tool_args,
+    -- execute_tool spans: tool name and argument values (semconv, OpenInference TOOL, traceloop @tool)
+    if(op = 'execute_tool', multiIf(tool_sc != '', tool_sc, tool_oi != '', tool_oi, tool_tl != '', tool_tl,
+        replaceOne(SpanName, 'execute_tool ', '')), '') AS tool,
+    if(op = 'execute_tool', multiIf(
+        args_sc != '', args_sc,
+        args_oi != '', args_oi,
+        oi_kind = 'TOOL' AND input_value != '__REDACTED__', input_value,
+        JSONHas(args_tl, 'kwargs') AND JSONLength(args_tl, 'args') = 0, JSONExtractRaw(args_tl, 'kwargs'),
+        args_tl), '') AS tool_args,
+    -- the first non-empty session attribute: span, then resource, else the trace
+    arrayFirstIndex(x -> x != '', session_values) AS session_index,
+    if(session_index = 0, TraceId, session_values[session_index]) AS session_id,
+    if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
+        'traceloop.association.properties.session_id', 'langfuse.session.id', 'loop_detector.session_id',
+        'resource:gen_ai.conversation.id', 'resource:session.id', 'resource:loop_detector.session_id'], session_index))
+        AS session_source,
+    arrayFirst(x -> x != '', virtual_key_values) AS virtual_key,
+    arrayFirst(x -> x != '', feature_values) AS feature,
+    lower(arrayFirst(x -> x != '', provider_values)) AS provider,
+    arrayFirst(x -> x != '', [model_values[1], model_values[2], model_values[3],
+        if(oi, JSONExtractString(model_values[4], 'model'), '')]) AS model,
+    toUInt64OrZero(arrayFirst(x -> x != '', input_token_values)) AS in_tok,
+    toUInt64OrZero(arrayFirst(x -> x != '', output_token_values)) AS out_tok,
+    toFloat64OrZero(arrayFirst(x -> x != '', cost_values)) AS cost_usd,
+    -- errors: span status (new and old spellings), error.type, or a recorded exception event; the type as the
+    -- exception class' short name whichever way it was written ('<class 'openai.RateLimitError'>' included)
+    (StatusCode IN ('Error', 'STATUS_CODE_ERROR') OR error_type_attr != '') AS err,
+    if(err, arrayElement(splitByChar('.', replaceRegexpOne(multiIf(error_type_attr != '', error_type_attr,
+        exception_type != '', exception_type, '_OTHER'), '^<class \'(.*)\'>$', '\\1')), -1), '') AS err_type,
+    arrayFilter(x -> x != '', if(finish_values[1] LIKE '[%', JSONExtract(finish_values[1], 'Array(String)'),
+        finish_values)) AS finish
+FROM (
+-- (1) GenAI spans only (the operation, in the current semconv or a dialect), and the attributes the view reads
+SELECT
+    Timestamp AS ts,
+    Timestamp + toIntervalNanosecond(Duration) AS end_ts,
+    TraceId AS trace_id, TraceId, SpanId AS span_id, ParentSpanId AS parent_span_id, ServiceName AS service_name,
+    SpanName, StatusCode, StatusMessage, Events.Name AS ev_names, Events.Attributes AS ev_attrs,
+    SpanAttributes AS a,
+    a['openinference.span.kind'] AS oi_kind,
+    a['llm.request.type'] AS ol_request_type,
+    a['traceloop.span.kind'] AS tl_kind,
+    coalesce(
+        nullIf(a['gen_ai.operation.name'], ''),
+        multiIf(
+            ol_request_type = 'chat', 'chat',
+            ol_request_type = 'completion', 'text_completion',
+            ol_request_type = 'embedding', 'embeddings',
+            oi_kind = 'LLM', 'chat',
+            oi_kind = 'TOOL', 'execute_tool',
+            oi_kind = 'AGENT', 'invoke_agent',
+            oi_kind = 'EMBEDDING', 'embeddings',
+            tl_kind = 'tool', 'execute_tool',
+            tl_kind = 'agent', 'invoke_agent',
+            NULL),
+        '') AS op,
+    op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
+    oi_kind != '' AS oi,
+    -- OpenLLMetry before its move to gen_ai.input.messages: indexed gen_ai.prompt.N.* / gen_ai.completion.N.*
+    (mapContains(a, 'gen_ai.prompt.0.role') OR mapContains(a, 'gen_ai.completion.0.role')) AS ol,
+    -- content as span events (semconv <= 1.30 event names; the older gen_ai.content.* events of OpenLIT)
+    hasAny(Events.Name, ['gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
+        'gen_ai.tool.message', 'gen_ai.choice', 'gen_ai.content.prompt', 'gen_ai.content.completion']) AS ev,
+    a['gen_ai.input.messages'] AS in_msgs,
+    a['gen_ai.output.messages'] AS out_msgs,
+    if(out_msgs != '', arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs))), [])
+        AS sc_parts,
+    a['input.value'] AS input_value,
+    a['output.value'] AS output_value,
+    a['output.mime_type'] AS output_mime,
+    -- each list: the attributes that can supply one column, first non-empty wins (docs/instrumentations.md)
+    arrayMap(k -> a[k], ['gen_ai.conversation.id', 'session.id', 'traceloop.association.properties.session_id',
+        'langfuse.session.id', 'loop_detector.session_id'])
+        || arrayMap(k -> ResourceAttributes[k], ['gen_ai.conversation.id', 'session.id', 'loop_detector.session_id'])
+        AS session_values,
+    [a['loop_detector.virtual_key'], ResourceAttributes['loop_detector.virtual_key'],
+        a['traceloop.association.properties.virtual_key']] AS virtual_key_values,
+    [a['loop_detector.feature'], ResourceAttributes['loop_detector.feature'],
+        a['traceloop.association.properties.feature']] AS feature_values,
+    arrayMap(k -> a[k], ['gen_ai.provider.name', 'gen_ai.system', 'llm.provider', 'llm.system']) AS provider_values,
+    arrayMap(k -> a[k], ['gen_ai.response.model', 'gen_ai.request.model', 'llm.model_name', 'llm.invocation_parameters'])
+        AS model_values,
+    arrayMap(k -> a[k], ['gen_ai.usage.input_tokens', 'gen_ai.usage.prompt_tokens', 'llm.token_count.prompt',
+        'llm.usage.prompt_tokens']) AS input_token_values,
+    arrayMap(k -> a[k], ['gen_ai.usage.output_tokens', 'gen_ai.usage.completion_tokens', 'llm.token_count.completion',
+        'llm.usage.completion_tokens']) AS output_token_values,
+    arrayMap(k -> a[k], ['gen_ai.usage.cost', 'llm.cost.total', 'llm.usage.cost']) AS cost_values,
+    arrayMap(k -> a[k], ['gen_ai.response.finish_reasons', 'gen_ai.completion.0.finish_reason', 'llm.finish_reason'])
+        AS finish_values,
+    a['error.type'] AS error_type_attr,
+    a['gen_ai.agent.name'] AS agent_name,
+    arrayFirst(x -> x != '', arrayMap(k -> a[k], ['gen_ai.tool.call.id', 'tool_call.id'])) AS tool_call_id,
+    a['gen_ai.tool.name'] AS tool_sc,
+    a['tool.name'] AS tool_oi,
+    a['traceloop.entity.name'] AS tool_tl,
+    a['gen_ai.tool.call.arguments'] AS args_sc,
+    a['tool_call.function.arguments'] AS args_oi,
+    a['traceloop.entity.input'] AS args_tl,
+    tool_sc AS lit_tool_names,
+    a['gen_ai.tool.args'] AS lit_tool_args,
+    a['gen_ai.request.max_tokens'] AS max_tokens,
+    a['gen_ai.request.temperature'] AS temperature
 FROM otel.otel_traces
-WHERE op != '';
+WHERE op != ''
+));
