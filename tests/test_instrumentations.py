@@ -97,6 +97,9 @@ PRICING = {"chat": {m: {"promptPrice": 0.00015, "completionPrice": 0.0006} for m
 # -- environments -------------------------------------------------------------------------------------------
 
 
+_VENV_FAILURES: dict[str, str] = {}  # per test run: one failed creation is not retried by every test
+
+
 def venv_python(name: str) -> Path:
     """The interpreter of the cached venv for ``VENVS[name]``, created on first use (skip if impossible)."""
     if os.environ.get("LOOP_DETECTOR_SKIP_VENV_TESTS"):
@@ -106,20 +109,18 @@ def venv_python(name: str) -> Path:
     base = Path(os.environ.get("LOOP_DETECTOR_TEST_VENVS", Path.home() / ".cache" / "loop-detector" / "test-venvs"))
     base.mkdir(parents=True, exist_ok=True)
     path = base / f"{name}-{digest}"
-    python = path / "bin" / "python"
-    ready = path / ".ready"
     with open(base / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready.exists():
-            failure = (path / ".failed").read_text() if (path / ".failed").exists() else None
-            if failure is None:
-                failure = _create_venv(path, requirements)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be creating it
+        if not (path / ".ready").exists():
+            failure = _VENV_FAILURES.get(name) or _create_venv(path, requirements)
             if failure is not None:
+                _VENV_FAILURES[name] = failure
                 pytest.skip(f"could not create the {name} environment ({' '.join(requirements)}): {failure}")
-    return python
+    return path / "bin" / "python"
 
 
 def _create_venv(path: Path, requirements: list[str]) -> str | None:
+    """Create the venv; None when ready, else why not (it is then removed, to be tried again next run)."""
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
@@ -133,13 +134,12 @@ def _create_venv(path: Path, requirements: list[str]) -> str | None:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except subprocess.TimeoutExpired:
+            shutil.rmtree(path, ignore_errors=True)
             return f"timed out: {' '.join(cmd[-3:])}"
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            message = " / ".join(tail) or f"exit {proc.returncode}"
-            path.mkdir(parents=True, exist_ok=True)
-            (path / ".failed").write_text(message)  # do not retry in every test of this run
-            return message
+            shutil.rmtree(path, ignore_errors=True)
+            return " / ".join(tail) or f"exit {proc.returncode}"
     (path / ".ready").write_text("ok")
     return None
 
