@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import httpx
 
-from detector.simulate import Step, ToolCall, emit_step, otlp_tracer, start_run
+from detector.simulate import Step, ToolCall, emit_step, otlp_tracer, start_run, wait_for_detector
 
 COLORS = {"allow": "32", "warn": "33", "throttle": "35", "inject": "36", "block": "1;31"}
 
@@ -45,15 +45,6 @@ def healthy_step(i: int) -> Step:
 
 def _paint(text: str, action: str, color: bool) -> str:
     return f"\x1b[{COLORS.get(action, '0')}m{text}\x1b[0m" if color else text
-
-
-def _wait_for_cycle(client: httpx.Client, api: str, after_us: int, timeout: float = 10.0) -> None:
-    """Wait until the detector has read past ``after_us`` (its watermark), so the decision is current."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.get(f"{api}/healthz").json()["watermark_us"] >= after_us:
-            return
-        time.sleep(0.1)
 
 
 def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, calls: int = 14, color: bool = True,
@@ -95,7 +86,7 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
                 st["t"] = emit_step(tracer, make_step(i), session_id=session, start_ns=st["t"],
                                     history=st["history"], parent=st["ctx"])
             provider.force_flush()
-            _wait_for_cycle(client, endpoint, time.time_ns() // 1000)
+            wait_for_detector(endpoint, time.time_ns() // 1000, client=client)
             for name, (session, _) in agents.items():
                 d = client.get(f"{endpoint}/v1/decision", params={"session_id": session}).json()
                 line = (f"{i + 1:>4}  {name:<14} {d['action']:<9} {d['level']:<10} {d['confidence']:>10.3f}  "

@@ -9,11 +9,13 @@ opentelemetry-sdk and OTLP/HTTP exporter, like any instrumented application's.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -142,3 +144,15 @@ def start_run(tracer: Tracer, *, agent_name: str, session_id: str | None, start_
     span = tracer.start_span(f"invoke_agent {agent_name}", kind=SpanKind.INTERNAL, attributes=attrs,
                              start_time=start_ns)
     return span, otel_trace.set_span_in_context(span)
+
+
+def wait_for_detector(api: str, after_us: int, timeout: float = 30.0, client: httpx.Client | None = None) -> None:
+    """Wait until the detector's watermark (``GET /healthz``) has passed ``after_us``: every call exported
+    before then has been scored and its decision published."""
+    get = client.get if client is not None else httpx.get
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if get(f"{api}/healthz").json()["watermark_us"] >= after_us:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the detector did not catch up within {timeout:.0f} s")

@@ -15,6 +15,7 @@ import httpx
 from detector.config import AppConfig, parse_config
 from detector.demo import looping_step
 from detector.simulate import Step, ToolCall, emit_step, otlp_tracer, start_run
+from detector.simulate import wait_for_detector as wait_for_watermark
 
 # Escalation one level per looping call (counts 1, low thresholds): every action is reachable in a few calls.
 FAST_LEVELS = {
@@ -33,15 +34,6 @@ def make_config(**overrides: Any) -> AppConfig:
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_for_watermark(api: str, after_us: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if httpx.get(f"{api}/healthz").json()["watermark_us"] >= after_us:
-            return
-        time.sleep(0.05)
-    raise AssertionError("detector did not catch up")
 
 
 def repeat_step(i: int) -> Step:

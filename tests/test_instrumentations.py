@@ -46,6 +46,8 @@ sys.path.insert(0, str(EXAMPLES))
 
 from openai_stub import LOOP_CALL, serve_stub  # noqa: E402
 
+from detector.simulate import wait_for_detector as wait_for_watermark  # noqa: E402
+
 LOOP_STEPS = 14
 HEALTHY_STEPS = 14
 MODEL = "gpt-4o-mini-2024-07-18"  # the stub answers with the dated model name, as OpenAI does
@@ -180,15 +182,6 @@ def pricing_file(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("pricing") / "pricing.json"
     path.write_text(json.dumps(PRICING))
     return str(path)
-
-
-def wait_for_watermark(api: str, after_us: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if httpx.get(f"{api}/healthz").json()["watermark_us"] >= after_us:
-            return
-        time.sleep(0.05)
-    raise AssertionError("detector did not catch up")
 
 
 def tool_fingerprint(store, name: str, arguments: dict[str, Any]) -> int:

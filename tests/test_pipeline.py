@@ -16,17 +16,9 @@ from detector.demo import healthy_step, looping_step
 from detector.escalation import LEVEL_RANK
 from detector.server import running_service
 from detector.simulate import emit_step, otlp_tracer, start_run
+from detector.simulate import wait_for_detector as wait_for_watermark
 
 STEPS = 14
-
-
-def wait_for_watermark(api: str, after_us: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if httpx.get(f"{api}/healthz").json()["watermark_us"] >= after_us:
-            return
-        time.sleep(0.05)
-    raise AssertionError("detector did not catch up")
 
 
 def run_agents(otlp: str, api: str, sessions: dict[str, object], steps: int, capture_content: bool = True):
