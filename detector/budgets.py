@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from detector.config import SIGNAL_NAMES, Budget
-from detector.models import ns_to_ch
+from detector.config import Budget
+from detector.events import event_row
 from detector.store import Store, insert_rows
 
 if TYPE_CHECKING:
@@ -88,30 +88,12 @@ class BudgetStatus:
 def budget_event(budget: Budget, scope_id: str, spent: float, pk: str, ts_ns: int, *, session_id: str = "",
                  trace_id: str = "", span_id: str = "", virtual_key: str = "", feature: str = "") -> dict[str, Any]:
     """The ``kind = 'budget'`` row of ``otel.loop_events`` for one exhaustion."""
-    action = "block" if budget.action == "block" else "alert"
-    return {
-        "ts": ns_to_ch(ts_ns),
-        "kind": "budget",
-        "scope": budget.scope,
-        "scope_id": scope_id,
-        "session_id": session_id or (scope_id if budget.scope == "session" else ""),
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "virtual_key": virtual_key or (scope_id if budget.scope == "key" else ""),
-        "feature": feature or (scope_id if budget.scope == "feature" else ""),
-        "detector": "budget",
-        "rule_name": budget.name,
-        "action": action,
-        "mode": "enforce",
-        "from_level": "none",
-        "to_level": "none",
-        "confidence": 0.0,
-        "signals": dict.fromkeys(SIGNAL_NAMES, 0.0),
-        "dominant_signal": "none",
-        "consecutive": 0,
-        "message": f"budget exhausted: spent ${spent:.4f} of ${budget.limit_usd:.2f} "
-                   f"({budget.period} {pk.split(':', 1)[-1]})",
-    }
+    return event_row(
+        ts_ns=ts_ns, kind="budget", scope=budget.scope, scope_id=scope_id, session_id=session_id, trace_id=trace_id,
+        span_id=span_id, virtual_key=virtual_key, feature=feature, detector="budget", rule_name=budget.name,
+        action="block" if budget.action == "block" else "alert",
+        message=f"budget exhausted: spent ${spent:.4f} of ${budget.limit_usd:.2f} ({budget.period} {pk.split(':', 1)[-1]})",
+    )
 
 
 class BudgetTracker:

@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from detector.budgets import BudgetTracker
-from detector.config import SIGNAL_NAMES, AppConfig, LoopDetectionConfig, Rule
+from detector.config import AppConfig, LoopDetectionConfig, Rule
 from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, Escalation, break_instruction
+from detector.events import event_row
 from detector.models import Call, Turn, ns_to_ch
 from detector.rules import (
     PARAM_MODELS,
@@ -476,28 +477,13 @@ class Engine:
                to_level: str, mode: str = "enforce", rule_name: str = "", consecutive: int = 0,
                message: str = "") -> dict[str, Any]:
         call = turn.call
-        return {
-            "ts": ns_to_ch(call.ts_ns),
-            "kind": kind,
-            "scope": st.scope,
-            "scope_id": st.scope_id,
-            "session_id": st.session_id,
-            "trace_id": call.trace_id,
-            "span_id": call.span_id,
-            "virtual_key": call.virtual_key,
-            "feature": call.feature,
-            "detector": detector,
-            "rule_name": rule_name,
-            "action": action,
-            "mode": mode,
-            "from_level": from_level,
-            "to_level": to_level,
-            "confidence": st.confidence,
-            "signals": {name: st.signals.get(name, 0.0) for name in SIGNAL_NAMES},
-            "dominant_signal": st.dominant,
-            "consecutive": consecutive,
-            "message": message,
-        }
+        return event_row(
+            ts_ns=call.ts_ns, kind=kind, scope=st.scope, scope_id=st.scope_id, session_id=st.session_id,
+            trace_id=call.trace_id, span_id=call.span_id, virtual_key=call.virtual_key, feature=call.feature,
+            detector=detector, rule_name=rule_name, action=action, mode=mode, from_level=from_level,
+            to_level=to_level, confidence=st.confidence, signals=st.signals, dominant_signal=st.dominant,
+            consecutive=consecutive, message=message,
+        )
 
     # -- decisions -------------------------------------------------------------------------------
     def decision_for(self, st: ScopeState) -> Decision:

@@ -13,9 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from detector.config import SIGNAL_NAMES
 from detector.decisions import REASON_KEY_REVOKED, REASON_SESSION_BLOCKED
-from detector.models import ns_to_ch
+from detector.events import event_row
 from detector.store import Store, insert_rows
 
 # scope -> (the action stored in loop_manual, the 429 reason)
@@ -49,28 +48,9 @@ class ManualAction:
 def manual_event(scope: str, scope_id: str, action: str, message: str, *, session_id: str = "",
                  virtual_key: str = "", detector: str = "manual", now_ns: int | None = None) -> dict[str, Any]:
     """A ``kind = 'manual'`` row for ``otel.loop_events``."""
-    return {
-        "ts": ns_to_ch(now_ns if now_ns is not None else time.time_ns()),
-        "kind": "manual",
-        "scope": scope,
-        "scope_id": scope_id,
-        "session_id": session_id or (scope_id if scope == "session" else ""),
-        "trace_id": "",
-        "span_id": "",
-        "virtual_key": virtual_key or (scope_id if scope == "key" else ""),
-        "feature": "",
-        "detector": detector,
-        "rule_name": "",
-        "action": action,
-        "mode": "enforce",
-        "from_level": "none",
-        "to_level": "none",
-        "confidence": 0.0,
-        "signals": dict.fromkeys(SIGNAL_NAMES, 0.0),
-        "dominant_signal": "none",
-        "consecutive": 0,
-        "message": message,
-    }
+    return event_row(ts_ns=now_ns if now_ns is not None else time.time_ns(), kind="manual", scope=scope,
+                     scope_id=scope_id, session_id=session_id, virtual_key=virtual_key, detector=detector,
+                     action=action, message=message)
 
 
 class ManualActions:

@@ -1,0 +1,45 @@
+"""Rows of ``otel.loop_events``: the one place that knows the event log's columns.
+
+Escalation transitions, rule trips, budget exhaustion and manual actions all land in the same table
+(the timeline Grafana draws and the webhooks send); every writer builds its row here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from detector.config import SIGNAL_NAMES
+from detector.models import ns_to_ch
+
+
+def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, detector: str,
+              session_id: str = "", trace_id: str = "", span_id: str = "", virtual_key: str = "", feature: str = "",
+              rule_name: str = "", mode: str = "enforce", from_level: str = "none", to_level: str = "none",
+              confidence: float = 0.0, signals: Mapping[str, float] | None = None, dominant_signal: str = "none",
+              consecutive: int = 0, message: str = "") -> dict[str, Any]:
+    """One event row; ids of the scope's own kind default to the scope id (a session event names its
+    session, a key event its key, a feature event its feature)."""
+    signals = signals or {}
+    return {
+        "ts": ns_to_ch(ts_ns),
+        "kind": kind,
+        "scope": scope,
+        "scope_id": scope_id,
+        "session_id": session_id or (scope_id if scope == "session" else ""),
+        "trace_id": trace_id or (scope_id if scope == "trace" else ""),
+        "span_id": span_id,
+        "virtual_key": virtual_key or (scope_id if scope == "key" else ""),
+        "feature": feature or (scope_id if scope == "feature" else ""),
+        "detector": detector,
+        "rule_name": rule_name,
+        "action": action,
+        "mode": mode,
+        "from_level": from_level,
+        "to_level": to_level,
+        "confidence": confidence,
+        "signals": {name: float(signals.get(name, 0.0)) for name in SIGNAL_NAMES},
+        "dominant_signal": dominant_signal,
+        "consecutive": consecutive,
+        "message": message,
+    }
