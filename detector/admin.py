@@ -265,10 +265,6 @@ def admin_router() -> APIRouter:
         spend totals and session state are kept."""
         service = _service(request)
         items = [b.model_dump(mode="json") for b in body.budgets]
-        names = [b["name"] for b in items]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise HTTPException(422, {"errors": [f"budgets: duplicate budget names {dupes}"]})
         try:
             config = service.policy.merged(service.config, "budgets", items)
         except ConfigError as exc:

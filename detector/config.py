@@ -225,6 +225,10 @@ class AppConfig(_Strict):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             errors.append(f"rules: duplicate rule names {duplicates}")
+        budget_names = [b.name for b in self.budgets]
+        duplicate_budgets = sorted({n for n in budget_names if budget_names.count(n) > 1})
+        if duplicate_budgets:
+            errors.append(f"budgets: duplicate budget names {duplicate_budgets}")
         if errors:
             raise ValueError("; ".join(errors))
         return self

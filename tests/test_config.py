@@ -76,6 +76,8 @@ def test_defaults_are_the_spec_defaults():
         ({"virtual_keys": {"agent-1": {"loop_detection": {"thresholds": {"warn_confidence": 0.95}}}}},
          "virtual_keys.agent-1.loop_detection.thresholds"),
         ({"budgets": [{"name": "b", "scope": "feature", "limit_usd": -1}]}, "limit_usd"),
+        ({"budgets": [{"name": "b", "scope": "feature", "limit_usd": 1}, {"name": "b", "scope": "key", "limit_usd": 2}]},
+         "duplicate budget names"),
         ({"detector": {"shard": "2/2"}}, "shard"),
     ],
 )
