@@ -35,7 +35,7 @@ from detector.rules import (
     find_repeat_cycle,
     trace_cap_exceeded,
 )
-from detector.scoring import dominant_signal, ema, weighted_confidence
+from detector.scoring import confidence_and_dominant, ema
 from detector.signals import Signals, compute_signals
 
 REQUEST_FP_WINDOW = 100  # the largest exact_prompt_repeat window allowed
@@ -211,6 +211,17 @@ class CycleOutput:
     calls_scored: int = 0
 
 
+@dataclass(slots=True)
+class _Scored:
+    """One turn's scoring in one scope, reusable by a scope with the very same history."""
+
+    history: list[Turn]
+    signals: Signals
+    raw: float
+    dominant: str
+    values: dict[str, float]
+
+
 def resolve_cost(call: Call, config: AppConfig) -> float:
     """The span's own cost attribute when it has one, else the configured price table (exact model name,
     then the longest configured prefix, e.g. ``gpt-4o`` for ``gpt-4o-2024-08-06``)."""
@@ -357,23 +368,25 @@ class Engine:
                 or ("trace", call.trace_id) in self.states)
 
     def _score(self, st: ScopeState, turn: Turn, cfg: LoopDetectionConfig, out: CycleOutput,
-               shared: tuple[list[Turn], Signals] | None = None) -> tuple[list[Turn], Signals]:
-        """Score one turn in one scope. ``shared`` is the previous scope's (history, signals): when this
-        scope's history holds the very same turns (a session with a single trace), the signals are equal
-        and are reused rather than computed twice."""
+               shared: _Scored | None = None) -> _Scored:
+        """Score one turn in one scope. ``shared`` is the previous scope's result: when this scope's history
+        holds the very same turns (a session with a single trace), the signals, the raw confidence and the
+        dominant signal are equal, and are reused rather than computed twice."""
         if st.history.maxlen != cfg.history_depth:
             st.history = deque(st.history, maxlen=cfg.history_depth)
         history = list(st.history)
-        if shared is not None and len(shared[0]) == len(history) and all(
-                a is b for a, b in zip(shared[0], history, strict=True)):
-            signals = shared[1]
+        if shared is not None and len(shared.history) == len(history) and all(
+                a is b for a, b in zip(shared.history, history, strict=True)):
+            scored = _Scored(history, shared.signals, shared.raw, shared.dominant, shared.values)
         else:
             signals = compute_signals(history, turn, cfg)
-        raw = weighted_confidence(signals, cfg.weights)
+            raw, dominant = confidence_and_dominant(signals, cfg.weights)
+            scored = _Scored(history, signals, raw, dominant, signals.as_dict())
+        raw = scored.raw
         st.ema = ema(st.ema, raw, cfg.ema_alpha)
         st.peak = max(st.peak, st.ema)
-        st.dominant = dominant_signal(signals, cfg.weights)
-        st.signals = signals.as_dict()
+        st.dominant = scored.dominant
+        st.signals = scored.values
         transition = st.escalation.step(st.ema, cfg)
         st.history.append(turn)
         st.calls += 1
@@ -400,14 +413,14 @@ class Engine:
             "cost_usd": turn.cost_usd,
         })
         if transition is None:
-            return history, signals
+            return scored
         if transition.to_level == "inject" and transition.up:
             st.instruction = break_instruction(cfg, st.dominant, turn.tool_names)
         out.events.append(self._event(
             st, turn, kind="escalation", detector="confidence", action=LEVEL_ACTION[transition.to_level],
             from_level=transition.from_level, to_level=transition.to_level, consecutive=transition.consecutive,
         ))
-        return history, signals
+        return scored
 
     def _rule_params(self, rule: Rule) -> Any:
         """The rule's parameter model, validated once per configuration (not per call)."""

@@ -7,6 +7,7 @@ the same trace that are attributed to it, with its cost resolved.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,7 +138,12 @@ class Turn:
         return tuple(fps) + self.tool_error_fps
 
 
+@functools.lru_cache(maxsize=4096)
+def _utc_second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+
 def ns_to_ch(ns: int) -> str:
     """Unix nanoseconds as a ClickHouse DateTime64(9) literal in UTC ('YYYY-MM-DD HH:MM:SS.nnnnnnnnn')."""
     seconds, frac = divmod(int(ns), 1_000_000_000)
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{frac:09d}"
+    return f"{_utc_second(seconds)}.{frac:09d}"

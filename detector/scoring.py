@@ -61,11 +61,22 @@ def ema(previous: float | None, value: float, alpha: float) -> float:
     return prev + a * (_finite(value) - prev)
 
 
-def dominant_signal(signals: Signals, weights: Weights) -> str:
-    """The signal with the largest weighted contribution (ties: first in ``SIGNAL_NAMES``); ``'none'``
-    when every contribution is 0."""
+def _dominant(contrib: dict[str, float]) -> str:
     best_name, best = "none", 0.0
-    for name, value in contributions(signals, weights).items():
+    for name, value in contrib.items():
         if value > best:
             best_name, best = name, value
     return best_name
+
+
+def dominant_signal(signals: Signals, weights: Weights) -> str:
+    """The signal with the largest weighted contribution (ties: first in ``SIGNAL_NAMES``); ``'none'``
+    when every contribution is 0."""
+    return _dominant(contributions(signals, weights))
+
+
+def confidence_and_dominant(signals: Signals, weights: Weights) -> tuple[float, str]:
+    """``weighted_confidence`` and ``dominant_signal`` from one pass over the contributions (the engine
+    needs both for every scored call)."""
+    contrib = contributions(signals, weights)
+    return _clamp(sum(contrib.values())), _dominant(contrib)
