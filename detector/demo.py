@@ -43,6 +43,18 @@ def healthy_step(i: int) -> Step:
                 tools=[ToolCall(name, dict(args))], input_tokens=900 + 150 * i, output_tokens=80 + (i * 37) % 90)
 
 
+DEFAULT_API = "http://127.0.0.1:8080"
+DEFAULT_OTLP = "http://127.0.0.1:4318"
+
+
+def _running(api: str) -> bool:
+    """Whether a loop-detector answers on ``api`` (the demo then uses it instead of starting one)."""
+    try:
+        return httpx.get(f"{api}/healthz", timeout=0.5).json().get("status") == "ok"
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
 def _paint(text: str, action: str, color: bool) -> str:
     return f"\x1b[{COLORS.get(action, '0')}m{text}\x1b[0m" if color else text
 
@@ -52,6 +64,9 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
     out = out or sys.stdout
     color = color and getattr(out, "isatty", lambda: False)()
     with ExitStack() as stack:
+        if endpoint is None and _running(DEFAULT_API):
+            endpoint, otlp_endpoint = DEFAULT_API, otlp_endpoint or DEFAULT_OTLP
+            print(f"using the loop-detector already running at {endpoint}", file=out)
         if endpoint is None:
             from detector.config import AppConfig
             from detector.server import running_service
