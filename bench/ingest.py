@@ -10,9 +10,11 @@
    separate process, warms it up, then C client threads post every body; the time runs from the
    first request to the last ``200`` (a ``200`` is sent only after the rows are committed, the
    materialized view into ``otel.genai_calls`` included). The server process then counts the rows.
-3. The decoder alone (protobuf -> rows -> JSONEachRow), one thread, same bodies.
-4. The baseline: the raw chDB insert of the same rows (JSONEachRow into ``otel.otel_traces`` of a
-   fresh store, materialized view included), one insert per batch, in this process.
+3. The decoder alone (protobuf -> Arrow table of the rows, what the receiver inserts), one thread.
+4. The baseline: the raw chDB insert of the same rows (the same Arrow tables into ``otel.otel_traces``
+   of a fresh store, materialized view included), one insert per batch, in this process; beside it, for
+   reference, the same insert without the view, and the same rows sent as JSONEachRow (the receiver's
+   format before it moved to Arrow).
 
 Steps 2-4 run R times, each after waiting for the machine to be idle (it may be shared); the table
 (figure | value | unit | ratio vs baseline) shows the run with the median end-to-end ratio.
@@ -37,6 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -49,6 +52,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
 from detector.config import IngestSettings  # noqa: E402
 from detector.ingest.otlp import TRACES_TABLE, decode_protobuf  # noqa: E402
 from detector.store import encode_rows  # noqa: E402
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SECTION = "## Ingest (bench/ingest.py)"
 SECOND = 1_000_000_000
@@ -246,40 +252,58 @@ def end_to_end(bodies: list[bytes], clients: int, warmup: bytes) -> dict[str, fl
 # -- in-process figures -----------------------------------------------------------------------------------
 
 
-def decode_all(bodies: list[bytes], now_ns: int) -> tuple[float, list[bytes], int]:
+def decode_all(bodies: list[bytes], now_ns: int) -> tuple[float, list[pa.Table], int]:
+    """What the receiver's decode thread does per request: protobuf -> Arrow table (GC paused, as there)."""
+    from detector.ingest.otlp import gc_paused
+
     settings = IngestSettings()
     t0 = time.perf_counter()
-    payloads, spans = [], 0
+    tables, spans = [], 0
     for body in bodies:
         result = decode_protobuf(body, settings, now_ns)
-        payloads.append(encode_rows(result.rows))
+        with gc_paused():
+            tables.append(result.spans.to_arrow())
         spans += result.accepted
-    return time.perf_counter() - t0, payloads, spans
+    return time.perf_counter() - t0, tables, spans
 
 
-def raw_insert(payloads: list[bytes]) -> tuple[float, float, int, int]:
-    """Seconds to insert the payloads one by one into otel.otel_traces (MV included) and into a
-    copy of the table without the MV (for reference), and the rows the first wrote."""
+def raw_insert(tables: list[pa.Table], bodies: list[bytes], now_ns: int) -> dict[str, float]:
+    """Seconds to insert the tables one by one into otel.otel_traces (MV included), into a copy of the
+    table without the MV, and the same rows as JSONEachRow (MV included); and the rows the first wrote."""
     from detector.store import ChdbStore, apply_schema
 
     with tempfile.TemporaryDirectory(prefix="bench-raw-") as data_dir:
         store = ChdbStore(data_dir)
         apply_schema(store)
         store.command("CREATE TABLE otel.otel_traces_no_mv AS otel.otel_traces")
+        store.command("CREATE TABLE otel.otel_traces_json AS otel.otel_traces")
+        store.command("CREATE TABLE otel.genai_calls_json AS otel.genai_calls")
+        view = (ROOT / "clickhouse" / "002_genai_calls.sql").read_text().split("AS\n", 1)[1]
+        store.command("CREATE MATERIALIZED VIEW otel.genai_calls_json_mv TO otel.genai_calls_json AS\n"
+                      + view.replace("FROM otel.otel_traces", "FROM otel.otel_traces_json").rstrip().rstrip(";"))
         for table in (TRACES_TABLE, "otel.otel_traces_no_mv"):  # warm-up: one row each
-            store.insert_json(table, payloads[0][: payloads[0].index(b"\n")])
+            store.insert_arrow(table, tables[0].slice(0, 1))
+        out = {}
         t0 = time.perf_counter()
-        for payload in payloads:
-            store.insert_json(TRACES_TABLE, payload)
-        elapsed = time.perf_counter() - t0
+        for rows in tables:
+            store.insert_arrow(TRACES_TABLE, rows)
+        out["arrow"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        for payload in payloads:
-            store.insert_json("otel.otel_traces_no_mv", payload)
-        elapsed_no_mv = time.perf_counter() - t0
+        for rows in tables:
+            store.insert_arrow("otel.otel_traces_no_mv", rows)
+        out["arrow_no_mv"] = time.perf_counter() - t0
         counts = store.rows("SELECT (SELECT count() FROM otel.otel_traces) AS traces, "
                             "(SELECT count() FROM otel.genai_calls) AS calls")[0]
+        out["traces"], out["calls"] = counts["traces"] - 1, counts["calls"] - 1
+        del tables
+        payloads = [encode_rows(decode_protobuf(body, IngestSettings(), now_ns).rows) for body in bodies]
+        store.insert_json("otel.otel_traces_json", payloads[0][: payloads[0].index(b"\n")])
+        t0 = time.perf_counter()
+        for payload in payloads:
+            store.insert_json("otel.otel_traces_json", payload)
+        out["json"] = time.perf_counter() - t0
         store.close()
-    return elapsed, elapsed_no_mv, counts["traces"] - 1, counts["calls"] - 1
+    return out
 
 
 def _cpu_times() -> tuple[int, int] | None:
@@ -367,13 +391,14 @@ def main() -> None:
         e2e = end_to_end(bodies, args.clients, warmup)  # first: nothing else of ours is running yet
         if (e2e["traces"], e2e["accepted"]) != (args.spans + 500, args.spans + 500):
             raise SystemExit(f"end to end stored {e2e['traces']} rows, expected {args.spans + 500}")
-        decode_s, payloads, decoded = decode_all(bodies, now_ns)
-        raw_s, raw_no_mv_s, raw_traces, raw_calls = raw_insert(payloads)
-        del payloads
-        if (raw_traces, raw_calls) != (args.spans, e2e["calls"] - 500):
-            raise SystemExit(f"raw insert stored {raw_traces} rows / {raw_calls} calls, "
+        decode_s, tables, decoded = decode_all(bodies, now_ns)
+        raw = raw_insert(tables, bodies, now_ns)
+        del tables
+        if (raw["traces"], raw["calls"]) != (args.spans, e2e["calls"] - 500):
+            raise SystemExit(f"raw insert stored {raw['traces']} rows / {raw['calls']} calls, "
                              f"end to end {e2e['traces'] - 500} / {e2e['calls'] - 500}")
-        run = {"base": args.spans / raw_s, "no_mv": args.spans / raw_no_mv_s, "e2e": args.spans / e2e["elapsed"], "decode": decoded / decode_s,
+        run = {"base": args.spans / raw["arrow"], "no_mv": args.spans / raw["arrow_no_mv"],
+               "json": args.spans / raw["json"], "e2e": args.spans / e2e["elapsed"], "decode": decoded / decode_s,
                "group": args.spans / max(1, e2e["timed_inserts"]), "busy": e2e["store_busy"],
                "p50": e2e["latency_p50"], "max": e2e["latency_max"], "calls": e2e["calls"] - 500}
         run["ratio"] = run["e2e"] / run["base"]
@@ -382,12 +407,14 @@ def main() -> None:
         runs.append(run)
     m = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2]  # the run with the median ratio, whole
     rows = [
-        ("raw chDB insert, JSONEachRow + MV, 1 insert per batch (baseline)", f"{m['base']:,.0f}", "spans/s", "1.00"),
+        ("raw chDB insert, Arrow + MV, 1 insert per batch (baseline)", f"{m['base']:,.0f}", "spans/s", "1.00"),
         ("end to end OTLP/HTTP protobuf -> committed rows", f"{m['e2e']:,.0f}", "spans/s", f"{m['ratio']:.2f}"),
-        ("decode only: protobuf -> rows -> JSONEachRow, 1 thread", f"{m['decode']:,.0f}", "spans/s",
+        ("decode only: protobuf -> Arrow table, 1 thread", f"{m['decode']:,.0f}", "spans/s",
          f"{m['decode'] / m['base']:.2f}"),
-        ("raw chDB insert without the MV (reference)", f"{m['no_mv']:,.0f}", "spans/s",
+        ("raw chDB insert, Arrow, without the MV (reference)", f"{m['no_mv']:,.0f}", "spans/s",
          f"{m['no_mv'] / m['base']:.2f}"),
+        ("raw chDB insert, JSONEachRow + MV (reference: the previous format)", f"{m['json']:,.0f}", "spans/s",
+         f"{m['json'] / m['base']:.2f}"),
         ("end to end: rows per insert (group commit)", f"{m['group']:,.0f}", "rows", f"{m['group'] / args.batch:.2f} x batch"),
         ("end to end: share of the run the store was inserting", f"{m['busy'] * 100:.0f}", "%", ""),
         ("end to end: request latency p50", f"{m['p50'] * 1000:,.0f}", "ms", ""),

@@ -51,9 +51,10 @@ PARTITION BY toDate(inserted_at)
 ORDER BY (session_id, ts, span_id);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
--- Three steps, so that each attribute is looked up once and each expression is analysed once (the view's SQL is
--- analysed on every INSERT: its size is a fixed cost per insert): (3) fingerprints, from (2) the dialects
--- normalized, from (1) the attributes the view reads, for GenAI spans only.
+-- Nested steps, so that each attribute is looked up once and each expression is analysed once (the view's SQL is
+-- analysed on every INSERT that brings rows: its size is a fixed cost per insert, ~50 ms): (3) fingerprints, from
+-- (2) the dialects normalized, from (2a) each dialect's building blocks, from (1) the attributes the view reads,
+-- for GenAI spans only.
 SELECT
     ts, end_ts, trace_id, span_id, parent_span_id, session_id, session_source, virtual_key, feature, service_name,
     op AS operation,
@@ -84,29 +85,6 @@ SELECT
         AS error_fp
 FROM (
 -- (2) the dialects normalized: keys, usage, errors, and the content and tool calls of whichever dialect has them
-WITH
-    -- (a) GenAI semantic conventions: JSON messages of parts (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)
-    if(in_msgs != '', JSONExtractRaw(in_msgs, -1), '') AS sc_last_msg,
-    arrayFilter(p -> JSONExtractString(p, 'type') = 'tool_call', sc_parts) AS sc_calls,
-    -- (b) OpenLLMetry, indexed: gen_ai.prompt.N.{role,content,tool_calls.M.*}, gen_ai.completion.N.*
-    if(ol, arraySort(mapKeys(mapExtractKeyLike(a, 'gen_ai.prompt.%'))), []) AS ol_prompt_keys,
-    if(ol, arraySort(arrayFilter(k -> position(k, '.tool_calls.') > 0 OR position(k, '.function_call.') > 0,
-        mapKeys(mapExtractKeyLike(a, 'gen_ai.completion.%.name')))), []) AS ol_call_keys,
-    -- (c) OpenInference: llm.input_messages.N.message.*, llm.output_messages.N.message.*, input.value
-    if(oi, arraySort(mapKeys(mapExtractKeyLike(a, 'llm.input_messages.%'))), []) AS oi_in_keys,
-    if(oi, concat('llm.input_messages.', toString(length(arrayFilter(k -> endsWith(k, '.message.role'), oi_in_keys)) - 1),
-        '.message.'), '') AS oi_last_prefix,
-    if(oi, arraySort(mapKeys(mapExtractKeyLike(a, 'llm.output_messages.%.tool_call.function.name'))), []) AS oi_call_keys,
-    -- (d) span events: {system,user,assistant,tool}.message and gen_ai.choice (body in gen_ai.event.content, or a
-    -- plain 'content' attribute), gen_ai.content.prompt / .completion (attributes gen_ai.prompt / gen_ai.completion)
-    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
-        'gen_ai.tool.message', 'gen_ai.content.prompt'), ev_attrs, ev_names), []) AS ev_in,
-    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.choice', 'gen_ai.content.completion'), ev_attrs, ev_names), []) AS ev_out,
-    arrayFlatten(arrayMap(x -> JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'), ev_out)) AS ev_calls,
-    -- OpenLIT names the tool calls on the chat span, comma-joined (with or without content)
-    if(is_llm AND lit_tool_names != '', splitByString(', ', lit_tool_names), []) AS lit_tools,
-    arrayElement(arrayMap(x -> x['exception.type'], arrayFilter((x, n) -> n = 'exception', ev_attrs, ev_names)), 1)
-        AS exception_type
 SELECT *,
     -- the whole input (request fingerprint) and the new content of this call (turn fingerprints): the last input
     -- message (a tool result's text included) and the output
@@ -191,13 +169,38 @@ SELECT *,
     arrayFilter(x -> x != '', if(finish_values[1] LIKE '[%', JSONExtract(finish_values[1], 'Array(String)'),
         finish_values)) AS finish
 FROM (
+-- (2a) the building blocks of each dialect, one column each (an alias used twice in one SELECT is analysed twice)
+SELECT *,
+    -- (a) GenAI semantic conventions: JSON messages of parts (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)
+    if(in_msgs != '', JSONExtractRaw(in_msgs, -1), '') AS sc_last_msg,
+    arrayFilter(p -> JSONExtractString(p, 'type') = 'tool_call', sc_parts) AS sc_calls,
+    -- (b) OpenLLMetry, indexed: gen_ai.prompt.N.{role,content,tool_calls.M.*}, gen_ai.completion.N.*
+    if(ol, arraySort(mapKeys(mapExtractKeyLike(a, 'gen_ai.prompt.%'))), []) AS ol_prompt_keys,
+    if(ol, arraySort(arrayFilter(k -> position(k, '.tool_calls.') > 0 OR position(k, '.function_call.') > 0,
+        mapKeys(mapExtractKeyLike(a, 'gen_ai.completion.%.name')))), []) AS ol_call_keys,
+    -- (c) OpenInference: llm.input_messages.N.message.*, llm.output_messages.N.message.*, input.value
+    if(oi, arraySort(mapKeys(mapExtractKeyLike(a, 'llm.input_messages.%'))), []) AS oi_in_keys,
+    if(oi, concat('llm.input_messages.', toString(length(arrayFilter(k -> endsWith(k, '.message.role'), oi_in_keys)) - 1),
+        '.message.'), '') AS oi_last_prefix,
+    if(oi, arraySort(mapKeys(mapExtractKeyLike(a, 'llm.output_messages.%.tool_call.function.name'))), []) AS oi_call_keys,
+    -- (d) span events: {system,user,assistant,tool}.message and gen_ai.choice (body in gen_ai.event.content, or a
+    -- plain 'content' attribute), gen_ai.content.prompt / .completion (attributes gen_ai.prompt / gen_ai.completion)
+    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
+        'gen_ai.tool.message', 'gen_ai.content.prompt'), ev_attrs, ev_names), []) AS ev_in,
+    if(ev, arrayFilter((x, n) -> n IN ('gen_ai.choice', 'gen_ai.content.completion'), ev_attrs, ev_names), []) AS ev_out,
+    arrayFlatten(arrayMap(x -> JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'), ev_out)) AS ev_calls,
+    -- OpenLIT names the tool calls on the chat span, comma-joined (with or without content)
+    if(is_llm AND lit_tool_names != '', splitByString(', ', lit_tool_names), []) AS lit_tools,
+    arrayElement(arrayMap(x -> x['exception.type'], arrayFilter((x, n) -> n = 'exception', ev_attrs, ev_names)), 1)
+        AS exception_type
+FROM (
 -- (1) GenAI spans only (the operation, in the current semconv or a dialect), and the attributes the view reads
 SELECT
     Timestamp AS ts,
     Timestamp + toIntervalNanosecond(Duration) AS end_ts,
     TraceId AS trace_id, TraceId, SpanId AS span_id, ParentSpanId AS parent_span_id, ServiceName AS service_name,
     SpanName, StatusCode, StatusMessage, Events.Name AS ev_names, Events.Attributes AS ev_attrs,
-    SpanAttributes AS a,
+    a,
     a['openinference.span.kind'] AS oi_kind,
     a['llm.request.type'] AS ol_request_type,
     a['traceloop.span.kind'] AS tl_kind,
@@ -230,27 +233,26 @@ SELECT
     a['output.value'] AS output_value,
     a['output.mime_type'] AS output_mime,
     -- each list: the attributes that can supply one column, first non-empty wins (docs/instrumentations.md)
-    arrayMap(k -> a[k], ['gen_ai.conversation.id', 'session.id', 'traceloop.association.properties.session_id',
-        'langfuse.session.id', 'loop_detector.session_id'])
-        || arrayMap(k -> ResourceAttributes[k], ['gen_ai.conversation.id', 'session.id', 'loop_detector.session_id'])
-        AS session_values,
-    [a['loop_detector.virtual_key'], ResourceAttributes['loop_detector.virtual_key'],
+    [a['gen_ai.conversation.id'], a['session.id'], a['traceloop.association.properties.session_id'],
+        a['langfuse.session.id'], a['loop_detector.session_id'],
+        r['gen_ai.conversation.id'], r['session.id'], r['loop_detector.session_id']] AS session_values,
+    [a['loop_detector.virtual_key'], r['loop_detector.virtual_key'],
         a['traceloop.association.properties.virtual_key']] AS virtual_key_values,
-    [a['loop_detector.feature'], ResourceAttributes['loop_detector.feature'],
+    [a['loop_detector.feature'], r['loop_detector.feature'],
         a['traceloop.association.properties.feature']] AS feature_values,
-    arrayMap(k -> a[k], ['gen_ai.provider.name', 'gen_ai.system', 'llm.provider', 'llm.system']) AS provider_values,
-    arrayMap(k -> a[k], ['gen_ai.response.model', 'gen_ai.request.model', 'llm.model_name', 'llm.invocation_parameters'])
+    [a['gen_ai.provider.name'], a['gen_ai.system'], a['llm.provider'], a['llm.system']] AS provider_values,
+    [a['gen_ai.response.model'], a['gen_ai.request.model'], a['llm.model_name'], a['llm.invocation_parameters']]
         AS model_values,
-    arrayMap(k -> a[k], ['gen_ai.usage.input_tokens', 'gen_ai.usage.prompt_tokens', 'llm.token_count.prompt',
-        'llm.usage.prompt_tokens']) AS input_token_values,
-    arrayMap(k -> a[k], ['gen_ai.usage.output_tokens', 'gen_ai.usage.completion_tokens', 'llm.token_count.completion',
-        'llm.usage.completion_tokens']) AS output_token_values,
-    arrayMap(k -> a[k], ['gen_ai.usage.cost', 'llm.cost.total', 'llm.usage.cost']) AS cost_values,
-    arrayMap(k -> a[k], ['gen_ai.response.finish_reasons', 'gen_ai.completion.0.finish_reason', 'llm.finish_reason'])
+    [a['gen_ai.usage.input_tokens'], a['gen_ai.usage.prompt_tokens'], a['llm.token_count.prompt'],
+        a['llm.usage.prompt_tokens']] AS input_token_values,
+    [a['gen_ai.usage.output_tokens'], a['gen_ai.usage.completion_tokens'], a['llm.token_count.completion'],
+        a['llm.usage.completion_tokens']] AS output_token_values,
+    [a['gen_ai.usage.cost'], a['llm.cost.total'], a['llm.usage.cost']] AS cost_values,
+    [a['gen_ai.response.finish_reasons'], a['gen_ai.completion.0.finish_reason'], a['llm.finish_reason']]
         AS finish_values,
     a['error.type'] AS error_type_attr,
     a['gen_ai.agent.name'] AS agent_name,
-    arrayFirst(x -> x != '', arrayMap(k -> a[k], ['gen_ai.tool.call.id', 'tool_call.id'])) AS tool_call_id,
+    arrayFirst(x -> x != '', [a['gen_ai.tool.call.id'], a['tool_call.id']]) AS tool_call_id,
     a['gen_ai.tool.name'] AS tool_sc,
     a['tool.name'] AS tool_oi,
     a['traceloop.entity.name'] AS tool_tl,
@@ -261,6 +263,11 @@ SELECT
     a['gen_ai.tool.args'] AS lit_tool_args,
     a['gen_ai.request.max_tokens'] AS max_tokens,
     a['gen_ai.request.temperature'] AS temperature
-FROM otel.otel_traces
+FROM (
+    -- Lookups cost: a Map with LowCardinality keys is searched row by row per subscript, about 3x slower than a
+    -- plain Map(String, String) (one CAST per row, measured); and a subscript by a constant key is far cheaper than
+    -- arrayMap(k -> a[k], [...]), so every list above spells its lookups out.
+    SELECT *, CAST(SpanAttributes, 'Map(String, String)') AS a, CAST(ResourceAttributes, 'Map(String, String)') AS r
+    FROM otel.otel_traces)
 WHERE op != ''
-));
+)));

@@ -1,6 +1,8 @@
 """The ClickHouse store: one small transport interface, two implementations.
 
-Everything above this module speaks SQL with query parameters (``{name:Type}``) and JSONEachRow.
+Everything above this module speaks SQL with query parameters (``{name:Type}``) and JSONEachRow, and
+hands bulk inserts over as Arrow tables (:meth:`insert_arrow`: the engine reads Arrow columns about ten
+times faster than it parses the same rows as JSON).
 :class:`ChdbStore` runs the ClickHouse engine in-process (the default, embedded mode);
 :class:`ServerStore` talks to a ClickHouse server with clickhouse-connect (scaled mode). Only the
 transport differs: the DDL files in ``clickhouse/`` and every query are the same for both.
@@ -17,9 +19,12 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SQL_DIR_ENV = "LOOP_DETECTOR_SQL_DIR"
 CLICKHOUSE_URL_ENV = "LOOP_DETECTOR_CLICKHOUSE_URL"
@@ -44,6 +49,10 @@ class Store(Protocol):
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
 
     def insert_json(self, table: str, payload: bytes) -> None: ...
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        """Insert an Arrow table whose column names are (a subset of) the table's columns."""
+        ...
 
     def close(self) -> None: ...
 
@@ -124,6 +133,18 @@ class ChdbStore:
         # The payload is JSON produced by orjson, never SQL; the table name is one of ours.
         self._query(f"INSERT INTO {table} FORMAT JSONEachRow\n" + payload.decode(), "CSV", None)
 
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        # chDB's Python() table function reads the Arrow table in place; it finds it by its variable
+        # name in the calling frame, so the query runs here, where `arrow_rows` is a local.
+        arrow_rows = data  # noqa: F841 (read by name inside chDB)
+        columns = ", ".join(f"`{name}`" for name in data.column_names)
+        sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM Python(arrow_rows)"
+        with self._lock:
+            try:
+                self._session.query(sql, "CSV")
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+
     def close(self) -> None:
         with self._lock:
             self._session.close()
@@ -161,6 +182,13 @@ class ServerStore:
         try:
             with self._lock:
                 self._client.raw_insert(table, insert_block=payload, fmt="JSONEachRow")
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        try:
+            with self._lock:
+                self._client.insert_arrow(table, data)
         except Exception as exc:
             raise StoreError(str(exc)) from exc
 

@@ -621,3 +621,52 @@ def test_protobuf_value_rendering():
         "-42", "0", "false", "", "")
     with pytest.raises(OTLPDecodeError):
         decode_protobuf(b"\x0a\x05abc", IngestSettings())
+
+
+def test_arrow_batch_stores_exactly_its_rows(tmp_path):
+    """The receiver inserts spans as an Arrow table (detector/ingest/spans.py); what lands in otel_traces must be
+    exactly the rows the decoder describes: several resources and scopes, events (a timestamp past
+    DateTime64(9)'s end clamped), links, a repeated attribute key (the last value wins), non-string values."""
+    now = time.time_ns()
+    req = ExportTraceServiceRequest()
+    for r in range(2):
+        rs = req.resource_spans.add()
+        rs.resource.attributes.extend([kv("service.name", f"svc-{r}"), kv("deployment.environment", "prod")])
+        for sc in range(2):
+            ss = rs.scope_spans.add()
+            ss.scope.name, ss.scope.version = f"scope-{r}-{sc}", f"{sc}.0"
+            for k in range(3):
+                span = make_span(bytes([r + 1]) * 16, bytes([r * 16 + sc * 4 + k + 1]) * 8, now - SECOND, now - k)
+                span.attributes.extend([kv("dup", "first"), kv("dup", "last"), kv("ratio", 0.25), kv("flag", True)])
+                if k == 1:
+                    event = span.events.add(time_unix_nano=now - 10, name="exception")
+                    event.attributes.extend([kv("exception.type", "ValueError"), kv("n", 3)])
+                    span.events.add(time_unix_nano=2**64 - 1, name="far future")
+                    link = span.links.add(trace_id=b"\x09" * 16, span_id=b"\x08" * 8, trace_state="k=v")
+                    link.attributes.append(kv("link.reason", "retry"))
+                    span.links.add(trace_id=b"\x07" * 16)
+                ss.spans.append(span)
+    result = decode_protobuf(req.SerializeToString(), IngestSettings())
+    assert result.accepted == 12 and result.rejected == 0
+    expected = sorted(result.rows, key=lambda row: row["SpanId"])
+    assert expected[0]["SpanAttributes"]["dup"] == "last" and expected[0]["SpanAttributes"]["flag"] == "true"
+
+    store = ChdbStore(tmp_path)
+    try:
+        apply_schema(store)
+        store.insert_arrow("otel.otel_traces", result.spans.to_arrow())
+        stored = store.rows("SELECT * FROM otel.otel_traces ORDER BY SpanId")
+        calls = store.rows("SELECT count() AS n FROM otel.genai_calls")[0]["n"]
+    finally:
+        store.close()
+    assert stored == expected
+    assert calls == 12
+    with_events = [row for row in stored if row["Events.Name"]]
+    assert len(with_events) == 4
+    assert with_events[0]["Events.Timestamp"] == [utc_text(now - 10), "2262-04-11 23:47:16.854775807"]
+    assert with_events[0]["Events.Attributes"][0] == {"exception.type": "ValueError", "n": "3"}
+    assert with_events[0]["Links.TraceId"] == ["09" * 16, "07" * 16]
+    assert with_events[0]["Links.SpanId"] == ["08" * 8, ""]
+    assert {row["ServiceName"] for row in stored} == {"svc-0", "svc-1"}
+    assert {(row["ScopeName"], row["ScopeVersion"]) for row in stored} == {
+        (f"scope-{r}-{sc}", f"{sc}.0") for r in range(2) for sc in range(2)}

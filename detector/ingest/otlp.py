@@ -1,11 +1,11 @@
-"""Decode OTLP trace export requests into ``otel.otel_traces`` rows.
+"""Decode OTLP trace export requests into ``otel.otel_traces`` rows (a :class:`SpanBatch` of columns).
 
 Both OTLP encodings are accepted: binary protobuf (``ExportTraceServiceRequest``) and OTLP/JSON
 (lowerCamelCase keys, hex trace / span ids, enums as integers, 64-bit integers as strings or numbers,
 ``AnyValue`` objects). Each span becomes one row written exactly the way the OpenTelemetry Collector
 contrib ClickHouse exporter writes it:
 
-- ``Timestamp`` (span start) as a UTC ``DateTime64(9)`` string ``YYYY-MM-DD HH:MM:SS.nnnnnnnnn``;
+- ``Timestamp`` (span start) as a UTC ``DateTime64(9)``;
 - ids as lowercase hex, an empty or all-zero parent id as ``''``;
 - ``SpanKind`` ``Unspecified``/``Internal``/``Server``/``Client``/``Producer``/``Consumer`` and
   ``StatusCode`` ``Unset``/``Ok``/``Error`` (pdata's ``String()``; an unknown enum value gives ``''``);
@@ -25,8 +25,8 @@ and a short message naming the reasons and the first offending positions (never 
 they may hold prompts).
 
 This is the receiver's hot path: the protobuf loop touches each attribute once (``string_value`` is
-read first, the oneof is inspected only for the rare non-string values) and caches the formatted
-second of each timestamp.
+read first, the oneof is inspected only for the rare non-string values) and appends straight into the
+batch's column lists (``detector/ingest/spans.py`` says why columns).
 """
 
 from __future__ import annotations
@@ -48,12 +48,9 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from detector.config import IngestSettings
+from detector.ingest.spans import NS_PER_SECOND, SpanBatch
 
 TRACES_TABLE = "otel.otel_traces"
-
-NS_PER_SECOND = 1_000_000_000
-# DateTime64(9) ends at 2262-04-11 23:47:16.854775807: later event timestamps are clamped to it.
-MAX_DATETIME64_NS = 2**63 - 1
 
 SPAN_KINDS: dict[int, str] = {0: "Unspecified", 1: "Internal", 2: "Server", 3: "Client", 4: "Producer", 5: "Consumer"}
 STATUS_CODES: dict[int, str] = {0: "Unset", 1: "Ok", 2: "Error"}
@@ -62,7 +59,6 @@ _STATUS_CODE_NAMES = {f"STATUS_CODE_{v.upper()}": k for k, v in STATUS_CODES.ite
 
 _ZERO_TRACE_ID = bytes(16)
 _ZERO_SPAN_ID = bytes(8)
-_NO_ITEMS: tuple[()] = ()  # shared empty Events.* / Links.* arrays
 
 # At most this many rejected spans are named one by one in the error message.
 MAX_REJECT_EXAMPLES = 5
@@ -87,15 +83,20 @@ class _Unsupported(Exception):
 
 @dataclass(slots=True)
 class DecodeResult:
-    """The rows of the accepted spans, and what was rejected and why."""
+    """The accepted spans, and what was rejected and why."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    spans: SpanBatch = field(default_factory=SpanBatch)
     rejected: int = 0
     error_message: str = ""
 
     @property
     def accepted(self) -> int:
-        return len(self.rows)
+        return len(self.spans)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The accepted spans as row dicts (tests and debugging; the insert uses ``spans.to_arrow()``)."""
+        return self.spans.rows()
 
 
 class _Rejections:
@@ -248,27 +249,6 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-# -- timestamps ----------------------------------------------------------------------------------------
-
-_second_prefixes: dict[int, str] = {}
-
-
-def format_timestamp(ns: int) -> str:
-    """Unix nanoseconds -> ``YYYY-MM-DD HH:MM:SS.nnnnnnnnn`` (UTC), the DateTime64(9) text form."""
-    if ns > MAX_DATETIME64_NS:
-        ns = MAX_DATETIME64_NS
-    seconds, fraction = divmod(ns, NS_PER_SECOND)
-    prefix = _second_prefixes.get(seconds)
-    if prefix is None:
-        if len(_second_prefixes) >= 100_000:
-            _second_prefixes.clear()
-        t = time.gmtime(seconds)
-        prefix = (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d} "
-                  f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.")
-        _second_prefixes[seconds] = prefix
-    return f"{prefix}{fraction:09d}"
-
-
 # -- span validation ----------------------------------------------------------------------------------
 
 
@@ -334,23 +314,28 @@ def decode_protobuf(body: bytes, settings: IngestSettings | None = None, now_ns:
 
 def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettings | None = None,
                       now_ns: int | None = None) -> DecodeResult:
-    """The rows of a parsed ExportTraceServiceRequest (the protobuf hot path)."""
+    """The spans of a parsed ExportTraceServiceRequest (the protobuf hot path)."""
     window = _Window.of(settings or IngestSettings(), now_ns)
     min_start, max_start = window.min_start_ns, window.max_start_ns
     kinds, codes = SPAN_KINDS, STATUS_CODES
-    ts = format_timestamp
     zero_trace, zero_span = _ZERO_TRACE_ID, _ZERO_SPAN_ID
     value_str = _value_str_cached
-    rows: list[dict[str, Any]] = []
-    append = rows.append
+    batch = SpanBatch()
+    # the batch's column lists, appended to directly (a method call per span would cost more)
+    add_start, add_trace, add_span = batch.start_ns.append, batch.trace_id.append, batch.span_id.append
+    add_parent, add_state, add_name = batch.parent_span_id.append, batch.trace_state.append, batch.name.append
+    add_kind, add_resource, add_scope = batch.kind.append, batch.resource.append, batch.scope.append
+    extend_keys, extend_values = batch.attr_keys.extend, batch.attr_values.extend
+    add_offset = batch.attr_offsets.append
+    add_duration, add_code = batch.duration.append, batch.status_code.append
+    add_message = batch.status_message.append
+    attr_keys = batch.attr_keys
     rejections: _Rejections | None = None
     total = 0
     for ri, resource_spans in enumerate(request.resource_spans):
-        resource_attrs = attrs_pb(resource_spans.resource.attributes)
-        service_name = resource_attrs.get("service.name", "")
+        resource = batch.add_resource(attrs_pb(resource_spans.resource.attributes))
         for si, scope_spans in enumerate(resource_spans.scope_spans):
-            scope = scope_spans.scope
-            scope_name, scope_version = scope.name, scope.version
+            scope = batch.add_scope(scope_spans.scope.name, scope_spans.scope.version)
             spans = scope_spans.spans
             total += len(spans)
             for ki, span in enumerate(spans):
@@ -367,50 +352,38 @@ def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettin
                     reason, detail = _span_problem(trace_id, span_id, parent, start, end, window)
                     rejections.add(f"resource_spans[{ri}].scope_spans[{si}].spans[{ki}]", reason, detail)
                     continue
-                attributes: dict[str, str] = {}
+                attributes: dict[str, str] = {}  # a dict, so that a repeated key keeps its last value
                 for kv in span.attributes:
                     v = kv.value
                     attributes[kv.key] = v.string_value or (str(i) if (i := v.int_value) else value_str(v))
+                extend_keys(attributes)
+                extend_values(attributes.values())
+                add_offset(len(attr_keys))
                 status = span.status
-                row = {
-                    "Timestamp": ts(start),
-                    "TraceId": trace_id.hex(),
-                    "SpanId": span_id.hex(),
-                    "ParentSpanId": parent.hex() if parent and parent != zero_span else "",
-                    "TraceState": span.trace_state,
-                    "SpanName": span.name,
-                    "SpanKind": kinds.get(span.kind, ""),
-                    "ServiceName": service_name,
-                    "ResourceAttributes": resource_attrs,
-                    "ScopeName": scope_name,
-                    "ScopeVersion": scope_version,
-                    "SpanAttributes": attributes,
-                    "Duration": end - start,
-                    "StatusCode": codes.get(status.code, ""),
-                    "StatusMessage": status.message,
-                    "Events.Timestamp": _NO_ITEMS,
-                    "Events.Name": _NO_ITEMS,
-                    "Events.Attributes": _NO_ITEMS,
-                    "Links.TraceId": _NO_ITEMS,
-                    "Links.SpanId": _NO_ITEMS,
-                    "Links.TraceState": _NO_ITEMS,
-                    "Links.Attributes": _NO_ITEMS,
-                }
                 events = span.events
                 if events:
-                    row["Events.Timestamp"] = [ts(e.time_unix_nano) for e in events]
-                    row["Events.Name"] = [e.name for e in events]
-                    row["Events.Attributes"] = [attrs_pb(e.attributes) for e in events]
+                    batch.events[len(batch.start_ns)] = [
+                        (e.time_unix_nano, e.name, attrs_pb(e.attributes)) for e in events]
                 links = span.links
                 if links:
-                    row["Links.TraceId"] = [_hex_id(link.trace_id, zero_trace) for link in links]
-                    row["Links.SpanId"] = [_hex_id(link.span_id, zero_span) for link in links]
-                    row["Links.TraceState"] = [link.trace_state for link in links]
-                    row["Links.Attributes"] = [attrs_pb(link.attributes) for link in links]
-                append(row)
+                    batch.links[len(batch.start_ns)] = [
+                        (_hex_id(link.trace_id, zero_trace), _hex_id(link.span_id, zero_span), link.trace_state,
+                         attrs_pb(link.attributes)) for link in links]
+                add_start(start)
+                add_trace(trace_id.hex())
+                add_span(span_id.hex())
+                add_parent(parent.hex() if parent and parent != zero_span else "")
+                add_state(span.trace_state)
+                add_name(span.name)
+                add_kind(kinds.get(span.kind, ""))
+                add_resource(resource)
+                add_scope(scope)
+                add_duration(end - start)
+                add_code(codes.get(status.code, ""))
+                add_message(status.message)
     if rejections is None:
-        return DecodeResult(rows)
-    return DecodeResult(rows, rejections.count, rejections.message(total))
+        return DecodeResult(batch)
+    return DecodeResult(batch, rejections.count, rejections.message(total))
 
 
 def _hex_id(raw: bytes, zero: bytes) -> str:
@@ -644,22 +617,21 @@ def decode_json(body: bytes, settings: IngestSettings | None = None, now_ns: int
 
 def _rows_from_json(document: Mapping[str, Any], settings: IngestSettings | None, now_ns: int | None) -> DecodeResult:
     window = _Window.of(settings or IngestSettings(), now_ns)
-    rows: list[dict[str, Any]] = []
+    batch = SpanBatch()
     rejections: _Rejections | None = None
     total = 0
     for ri, resource_spans in enumerate(_arr(_get(document, "resourceSpans", "resource_spans"), "resourceSpans")):
         rpath = f"resourceSpans[{ri}]"
         resource_spans = _obj(resource_spans, rpath)
         resource = _obj(resource_spans.get("resource"), rpath + ".resource")
-        resource_attrs = attrs_json(resource.get("attributes"), rpath + ".resource.attributes")
-        service_name = resource_attrs.get("service.name", "")
+        resource_index = batch.add_resource(attrs_json(resource.get("attributes"), rpath + ".resource.attributes"))
         scope_list = _arr(_get(resource_spans, "scopeSpans", "scope_spans"), rpath + ".scopeSpans")
         for si, scope_spans in enumerate(scope_list):
             spath = f"{rpath}.scopeSpans[{si}]"
             scope_spans = _obj(scope_spans, spath)
             scope = _obj(scope_spans.get("scope"), spath + ".scope")
-            scope_name = _str(scope.get("name"), spath + ".scope.name")
-            scope_version = _str(scope.get("version"), spath + ".scope.version")
+            scope_index = batch.add_scope(_str(scope.get("name"), spath + ".scope.name"),
+                                          _str(scope.get("version"), spath + ".scope.version"))
             spans = _arr(scope_spans.get("spans"), spath + ".spans")
             total += len(spans)
             for ki, span in enumerate(spans):
@@ -685,46 +657,34 @@ def _rows_from_json(document: Mapping[str, Any], settings: IngestSettings | None
                     rejections.add(where, *_span_problem(trace_id, span_id, parent, start, end, window))
                     continue
                 status = _obj(span.get("status"), path + ".status")
-                row: dict[str, Any] = {
-                    "Timestamp": format_timestamp(start),
-                    "TraceId": trace_id.hex(),
-                    "SpanId": span_id.hex(),
-                    "ParentSpanId": _hex_id(parent, _ZERO_SPAN_ID),
-                    "TraceState": _str(_get(span, "traceState", "trace_state"), path + ".traceState"),
-                    "SpanName": _str(span.get("name"), path + ".name"),
-                    "SpanKind": SPAN_KINDS.get(_enum(span.get("kind"), _SPAN_KIND_NAMES, path + ".kind"), ""),
-                    "ServiceName": service_name,
-                    "ResourceAttributes": resource_attrs,
-                    "ScopeName": scope_name,
-                    "ScopeVersion": scope_version,
-                    "SpanAttributes": attrs_json(span.get("attributes"), path + ".attributes"),
-                    "Duration": end - start,
-                    "StatusCode": STATUS_CODES.get(_enum(status.get("code"), _STATUS_CODE_NAMES, path + ".status.code"),
-                                                   ""),
-                    "StatusMessage": _str(status.get("message"), path + ".status.message"),
+                fields = {
+                    "trace_state": _str(_get(span, "traceState", "trace_state"), path + ".traceState"),
+                    "name": _str(span.get("name"), path + ".name"),
+                    "kind": SPAN_KINDS.get(_enum(span.get("kind"), _SPAN_KIND_NAMES, path + ".kind"), ""),
+                    "attributes": attrs_json(span.get("attributes"), path + ".attributes"),
+                    "status_code": STATUS_CODES.get(
+                        _enum(status.get("code"), _STATUS_CODE_NAMES, path + ".status.code"), ""),
+                    "status_message": _str(status.get("message"), path + ".status.message"),
                 }
                 events = [_obj(e, f"{path}.events[{i}]") for i, e in enumerate(_arr(span.get("events"), path + ".events"))]
-                row["Events.Timestamp"] = [
-                    format_timestamp(max(0, _int(_get(e, "timeUnixNano", "time_unix_nano"), f"{path}.events[{i}].timeUnixNano")))
+                span_events = [
+                    (max(0, _int(_get(e, "timeUnixNano", "time_unix_nano"), f"{path}.events[{i}].timeUnixNano")),
+                     _str(e.get("name"), f"{path}.events[{i}].name"),
+                     attrs_json(e.get("attributes"), f"{path}.events[{i}].attributes"))
                     for i, e in enumerate(events)
                 ]
-                row["Events.Name"] = [_str(e.get("name"), f"{path}.events[{i}].name") for i, e in enumerate(events)]
-                row["Events.Attributes"] = [attrs_json(e.get("attributes"), f"{path}.events[{i}].attributes")
-                                            for i, e in enumerate(events)]
                 links = [_obj(link, f"{path}.links[{i}]") for i, link in enumerate(_arr(span.get("links"), path + ".links"))]
-                link_trace_ids, link_span_ids = [], []
+                span_links = []
                 for i, link in enumerate(links):
                     tid = _hex_bytes(_get(link, "traceId", "trace_id"), f"{path}.links[{i}].traceId")
                     sid = _hex_bytes(_get(link, "spanId", "span_id"), f"{path}.links[{i}].spanId")
-                    link_trace_ids.append(_hex_id(tid or b"", _ZERO_TRACE_ID))
-                    link_span_ids.append(_hex_id(sid or b"", _ZERO_SPAN_ID))
-                row["Links.TraceId"] = link_trace_ids
-                row["Links.SpanId"] = link_span_ids
-                row["Links.TraceState"] = [_str(_get(link, "traceState", "trace_state"), f"{path}.links[{i}].traceState")
-                                           for i, link in enumerate(links)]
-                row["Links.Attributes"] = [attrs_json(link.get("attributes"), f"{path}.links[{i}].attributes")
-                                           for i, link in enumerate(links)]
-                rows.append(row)
+                    span_links.append((
+                        _hex_id(tid or b"", _ZERO_TRACE_ID), _hex_id(sid or b"", _ZERO_SPAN_ID),
+                        _str(_get(link, "traceState", "trace_state"), f"{path}.links[{i}].traceState"),
+                        attrs_json(link.get("attributes"), f"{path}.links[{i}].attributes")))
+                batch.append(start_ns=start, end_ns=end, trace_id=trace_id.hex(), span_id=span_id.hex(),
+                             parent_span_id=_hex_id(parent, _ZERO_SPAN_ID), resource=resource_index,
+                             scope=scope_index, events=span_events, links=span_links, **fields)
     if rejections is None:
-        return DecodeResult(rows)
-    return DecodeResult(rows, rejections.count, rejections.message(total))
+        return DecodeResult(batch)
+    return DecodeResult(batch, rejections.count, rejections.message(total))

@@ -15,10 +15,11 @@ Per the OTLP/HTTP specification:
   acknowledged.
 
 ``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
-materialized view into ``otel.genai_calls`` included). Decoding runs in worker threads and inserts in
-another, so the event loop only moves bytes. Requests that arrive while an insert is running are
-committed together in the next insert (group commit): one larger insert is cheaper per row than
-several small ones, and every request still waits for the insert that holds its own rows.
+materialized view into ``otel.genai_calls`` included). Decoding (into an Arrow table of the rows)
+runs in a worker thread and inserts in another, so the event loop only moves bytes. Requests that
+arrive while an insert is running are committed together in the next insert (group commit): one
+larger insert is cheaper per row than several small ones (the materialized view has a fixed cost per
+insert), and every request still waits for the insert that holds its own rows.
 
 Attribute values are never logged (they may hold prompts): log lines carry counts, positions,
 reasons and error codes only.
@@ -37,6 +38,7 @@ from typing import Any
 
 import anyio
 import orjson
+import pyarrow as pa
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
@@ -45,8 +47,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from detector.config import IngestSettings
-from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf
-from detector.store import Store, encode_rows
+from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf, gc_paused
+from detector.store import Store
 
 log = logging.getLogger("loop_detector.ingest")
 
@@ -59,8 +61,8 @@ CODE_INVALID_ARGUMENT = 3
 CODE_UNAVAILABLE = 14
 
 RETRY_AFTER_SECONDS = 5
-# One group commit stops adding requests once its JSONEachRow payload reaches this size.
-MAX_GROUP_BYTES = 64 * 1024 * 1024
+# One group commit stops adding requests once its Arrow tables reach this size.
+MAX_GROUP_BYTES = 128 * 1024 * 1024
 # Requests decoded at once. Decoding holds the GIL, so more threads would not decode faster; one
 # thread finishes the first request of a burst soonest, so the first insert starts soonest.
 DECODE_THREADS = 1
@@ -117,13 +119,13 @@ def _media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def _decode(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[DecodeResult, bytes]:
-    """Worker-thread part of a request: decompress, decode, encode the rows for the insert."""
+def _decode(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[DecodeResult, pa.Table]:
+    """Worker-thread part of a request: decompress, decode, build the Arrow table for the insert."""
     if encoding in COMPRESSED:
         body = inflate_limited(body, settings.max_body_bytes, encoding)
     result = decode_protobuf(body, settings) if media == PROTOBUF else decode_json(body, settings)
-    payload = encode_rows(result.rows)
-    return result, payload
+    with gc_paused():
+        return result, result.spans.to_arrow()
 
 
 def _safe_error(exc: BaseException) -> str:
@@ -133,7 +135,7 @@ def _safe_error(exc: BaseException) -> str:
 
 
 class GroupCommitter:
-    """Commits JSONEachRow payloads to the store one insert at a time, merging the payloads of the
+    """Commits Arrow tables of rows to the store one insert at a time, merging the tables of the
     requests that queued up while the previous insert ran."""
 
     def __init__(self, store: Store, metrics: IngestMetrics, table: str = TRACES_TABLE,
@@ -142,25 +144,25 @@ class GroupCommitter:
         self.metrics = metrics
         self.table = table
         self.max_group_bytes = max_group_bytes
-        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._pending: list[tuple[pa.Table, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def commit(self, payload: bytes) -> None:
-        """Return once ``payload`` is committed; raise what the store raised otherwise."""
+    async def commit(self, rows: pa.Table) -> None:
+        """Return once ``rows`` are committed; raise what the store raised otherwise."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((payload, future))
+        self._pending.append((rows, future))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
         await asyncio.shield(future)
 
     async def _drain(self) -> None:
         while self._pending:
-            group: list[tuple[bytes, asyncio.Future[None]]] = []
+            group: list[tuple[pa.Table, asyncio.Future[None]]] = []
             size = 0
-            while self._pending and (not group or size + len(self._pending[0][0]) <= self.max_group_bytes):
-                payload, future = self._pending.pop(0)
-                group.append((payload, future))
-                size += len(payload) + 1
+            while self._pending and (not group or size + self._pending[0][0].nbytes <= self.max_group_bytes):
+                rows, future = self._pending.pop(0)
+                group.append((rows, future))
+                size += rows.nbytes
             try:
                 await anyio.to_thread.run_sync(self._insert, [p for p, _ in group])
             except BaseException as exc:  # every request of the group gets the store's failure
@@ -175,10 +177,10 @@ class GroupCommitter:
                     if not future.done():
                         future.set_result(None)
 
-    def _insert(self, payloads: list[bytes]) -> None:
+    def _insert(self, tables: list[pa.Table]) -> None:
         started = time.perf_counter()
         try:
-            self.store.insert_json(self.table, payloads[0] if len(payloads) == 1 else b"\n".join(payloads))
+            self.store.insert_arrow(self.table, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
         finally:
             self.metrics.insert_seconds += time.perf_counter() - started
 
@@ -243,7 +245,7 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         if body is None:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
         try:
-            result, payload = await anyio.to_thread.run_sync(
+            result, rows = await anyio.to_thread.run_sync(
                 _decode, body, encoding, media, settings, limiter=decoders)
         except _TooLarge as exc:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
@@ -251,9 +253,9 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             log.info("OTLP request rejected: %s", exc)
             return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
         del body
-        if result.rows:
+        if result.accepted:
             try:
-                await committer.commit(payload)
+                await committer.commit(rows)
             except Exception as exc:
                 reason = _safe_error(exc)
                 log.error("OTLP insert failed: %s; %d spans not acknowledged (client will retry)",
