@@ -438,10 +438,13 @@ def main() -> None:
         command = (f".venv/bin/python bench/ingest.py --spans {args.spans} --batch {args.batch} "
                    f"--clients {args.clients} --repeat {args.repeat}")
         per_run = "; ".join(f"{r['e2e']:,.0f} / {r['base']:,.0f} = {r['ratio']:.2f}" for r in runs)
+        idle = ", ".join("n/a" if r["idle_before"] < 0 else f"{r['idle_before'] * 100:.0f}%" for r in runs)
         update_docs(f"`{command}`\n\n{args.spans:,} GenAI spans ({mb:.1f} MB protobuf) in requests of {args.batch}, "
                     f"{args.clients} concurrent clients, {os.cpu_count()} CPUs. The table is the run with the median ratio of "
                     f"{args.repeat} (end to end / baseline spans/s per run: {per_run}); the machine is shared, so "
-                    f"absolute rates vary from run to run.\n\n{text}\n\n{analysis(m)}")
+                    f"absolute rates vary from run to run (idle share of the CPUs just before each run: {idle}). "
+                    "The receiver needs both CPUs: with another CPU-bound process running, expect about half the "
+                    f"rate.\n\n{text}\n\n{analysis(m)}")
 
 
 if __name__ == "__main__":
