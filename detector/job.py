@@ -23,7 +23,7 @@ from detector.config import AppConfig
 from detector.decisions import Decision, DecisionBook
 from detector.engine import CycleOutput, Engine, ScopeState
 from detector.models import CALL_COLUMNS, Call
-from detector.store import Store, insert_rows
+from detector.store import Store, insert_rows, insert_rows_arrow
 
 log = logging.getLogger("loop_detector.detector")
 
@@ -152,16 +152,15 @@ class DetectorJob:
             self._maybe_checkpoint(now_us)
             return CycleStats(watermark_us=self.watermark_us)
         index, count = self.shard
-        rows = self.store.rows(
+        calls = Call.from_columns(self.store.arrow(
             SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
-        )
-        calls = [Call.from_row(r) for r in rows]
+        ).to_pydict())
         self._load_missing(calls)
         out = self.engine.process(calls, now_us=now_us)
         self.unsaved.update(out.dirty)
         if not replay:
             out.events.extend(self.engine.budgets.drain_events())  # exhaustions the API announced
-            insert_rows(self.store, "otel.loop_scores", out.scores)
+            insert_rows_arrow(self.store, "otel.loop_scores", out.scores)
             insert_rows(self.store, "otel.loop_events", out.events)
         version = self.version()
         insert_rows(self.store, "otel.loop_decisions", (d.to_row(version) for d in out.decisions))

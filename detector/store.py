@@ -54,12 +54,27 @@ class Store(Protocol):
         """Insert an Arrow table whose column names are (a subset of) the table's columns."""
         ...
 
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        """A query's result as an Arrow table (bulk reads: no per-row JSON to parse)."""
+        ...
+
     def close(self) -> None: ...
 
 
 def encode_rows(rows: Iterable[Mapping[str, Any]]) -> bytes:
     """Rows as JSONEachRow bytes (the fast insert path: never build VALUES strings)."""
     return b"\n".join(orjson.dumps(r) for r in rows)
+
+
+def insert_rows_arrow(store: Store, table: str, rows: list[dict[str, Any]]) -> int:
+    """Insert row dicts as one Arrow table (column types inferred from the values): for bulk rows on a hot
+    path, where chDB's JSON parsing would cost more than building the table (about 3x for score rows)."""
+    if not rows:
+        return 0
+    import pyarrow as pa
+
+    store.insert_arrow(table, pa.Table.from_pylist(rows))
+    return len(rows)
 
 
 def insert_rows(store: Store, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -145,6 +160,15 @@ class ChdbStore:
             except Exception as exc:
                 raise StoreError(str(exc)) from exc
 
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        with self._lock:
+            try:
+                return self._session.query(
+                    sql, "ArrowTable", params={k: chdb_param(v) for k, v in params.items()} if params else None
+                )
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+
     def close(self) -> None:
         with self._lock:
             self._session.close()
@@ -189,6 +213,13 @@ class ServerStore:
         try:
             with self._lock:
                 self._client.insert_arrow(table, data)
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        try:
+            with self._lock:
+                return self._client.query_arrow(sql, parameters=dict(params) if params else None, use_strings=True)
         except Exception as exc:
             raise StoreError(str(exc)) from exc
 

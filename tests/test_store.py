@@ -36,3 +36,41 @@ def test_inserted_rows_are_read_back_and_errors_are_clear(store):
         {"value": "v"}]
     with pytest.raises(StoreError, match="UNKNOWN_TABLE|does not exist"):
         store.rows("SELECT * FROM otel.no_such_table")
+
+
+def test_arrow_reads_build_the_same_calls_as_json_rows(store):
+    """The detector reads new calls as Arrow columns (Call.from_columns); they must equal the calls built from
+    the JSON rows (Call.from_row), 64-bit fingerprints, arrays, flags and awkward strings included."""
+    from detector.job import SELECT_NEW_CALLS
+    from detector.models import Call
+
+    rows = []
+    for i, text in enumerate(AWKWARD):
+        rows.append({
+            "ts": f"2026-01-02 03:04:{i:02d}.123456789", "end_ts": f"2026-01-02 03:05:{i:02d}.000000001",
+            "trace_id": f"t{i}", "span_id": f"s{i}", "session_id": text, "operation": "chat" if i % 2 else "execute_tool",
+            "call_kind": "llm" if i % 2 else "tool", "model": text, "tool_name": text, "input_tokens": 2**40 + i,
+            "output_tokens": i, "cost_usd": i / 7, "is_error": i % 3 == 0, "error_type": text,
+            "finish_reasons": [text, "stop"] if i % 2 else [], "has_content": i % 2 == 1,
+            "request_fp": 2**64 - 1 - i, "turn_fp": 2**63 + i, "input_simhash": 2**32 - 1, "output_simhash": i,
+            "tool_fp": 2**64 - 2, "out_tool_names": [text] * (i % 3), "out_tool_fps": [2**64 - 1] * (i % 3),
+            "response_fp": 7, "error_fp": 2**62})
+    insert_rows(store, "otel.genai_calls", rows)
+    params = {"watermark": 0, "cutoff": 2**62, "shards": 1, "shard": 0}
+    from_json = sorted((Call.from_row(r) for r in store.rows(SELECT_NEW_CALLS, params)), key=lambda c: c.span_id)
+    from_arrow = sorted(Call.from_columns(store.arrow(SELECT_NEW_CALLS, params).to_pydict()), key=lambda c: c.span_id)
+    assert len(from_arrow) == len(AWKWARD)
+    assert from_arrow == from_json
+    call = next(c for c in from_arrow if c.span_id == "s1")
+    assert (call.is_error, call.has_content, call.finish_reasons, call.request_fp) == (
+        False, True, (AWKWARD[1], "stop"), 2**64 - 2)
+
+
+def test_rows_inserted_as_arrow_read_back(store):
+    from detector.store import insert_rows_arrow
+
+    rows = [{"key": f"arrow-{i}", "value": value, "version": i} for i, value in enumerate(AWKWARD)]
+    assert insert_rows_arrow(store, "otel.loop_meta", rows) == len(AWKWARD)
+    assert insert_rows_arrow(store, "otel.loop_meta", []) == 0
+    back = store.rows("SELECT key, value, version FROM otel.loop_meta FINAL WHERE key LIKE 'arrow-%' ORDER BY version")
+    assert back == rows
