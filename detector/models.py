@@ -26,9 +26,13 @@ CALL_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
-    """One GenAI span, normalized (a row of ``otel.genai_calls``)."""
+    """One GenAI span, normalized (a row of ``otel.genai_calls``).
+
+    Treated as immutable but not ``frozen``: a frozen dataclass sets each of its 35 fields through
+    ``object.__setattr__``, which made building a cycle's calls cost ~7.5 us each instead of ~1.5.
+    """
 
     ts_ns: int
     trace_id: str
