@@ -92,16 +92,18 @@ def measure(stored: int, sessions: int, cycles: int) -> dict[str, float]:
         job.run_cycle()
         restart_s = time.perf_counter() - t
 
-        warm = []
+        warm, phases = [], []
         for r in range(2, 2 + cycles):
             store.command(NEW_CALLS, {"round": r, "sessions": sessions})
             t = time.perf_counter()
             stats = job.run_cycle()
             warm.append(time.perf_counter() - t)
+            phases.append(stats.phases)
             assert stats.calls_scored == sessions, stats
         store.close()
     return {"fill_s": fill_s, "cold_s": cold_s, "restart_s": restart_s, "warm_s": statistics.median(warm),
-            "checkpoint_s": checkpoint_s, "saved": saved}
+            "checkpoint_s": checkpoint_s, "saved": saved,
+            "phases": {name: statistics.median(p[name] for p in phases) for name in phases[0]}}
 
 
 def main() -> None:
@@ -120,6 +122,8 @@ def main() -> None:
                      r["warm_s"] / base["warm_s"]))
         rows.append((f"per new call, {tag}", r["warm_s"] / args.sessions * 1e6, "us",
                      r["warm_s"] / base["warm_s"]))
+        for phase, seconds in r["phases"].items():  # CycleStats.phases, median over the steady cycles
+            rows.append((f"  steady cycle: {phase}, {tag}", seconds * 1000, "ms", seconds / base["warm_s"]))
         rows.append((f"cycle after restart (state loaded), {tag}", r["restart_s"] * 1000, "ms",
                      r["restart_s"] / base["warm_s"]))
         rows.append((f"first cycle (new sessions), {tag}", r["cold_s"] * 1000, "ms", r["cold_s"] / base["warm_s"]))

@@ -19,6 +19,7 @@ exhausted at once, before any spend. The first time a budget is seen exhausted f
 from __future__ import annotations
 
 import calendar
+import functools
 import logging
 import threading
 import time
@@ -64,6 +65,16 @@ def period_end_us(period: str, now_us: int) -> int:
 
 
 def _current_keys(ts_us: int) -> tuple[str, str, str]:
+    return _day_keys(ts_us // _US_PER_DAY)
+
+
+_US_PER_DAY = 86_400 * 1_000_000
+
+
+@functools.lru_cache(maxsize=64)
+def _day_keys(day: int) -> tuple[str, str, str]:
+    """The period keys of a UTC day (every call of a cycle falls on one or two days: formatted once)."""
+    ts_us = day * _US_PER_DAY
     return "run", period_key("day", ts_us), period_key("month", ts_us)
 
 
@@ -128,10 +139,8 @@ class BudgetTracker:
         ts_us = ts_ns // 1000
         keys = _current_keys(ts_us)
         events: list[dict[str, Any]] = []
-        ids = {"feature": feature, "session": session_id, "key": virtual_key}
         with self._lock:
-            for scope in BUDGET_SCOPES:
-                scope_id = ids[scope]
+            for scope, scope_id in (("feature", feature), ("session", session_id), ("key", virtual_key)):
                 if not scope_id:
                     continue
                 totals = self.totals.get((scope, scope_id))

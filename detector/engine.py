@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from detector.budgets import BudgetTracker
-from detector.config import AppConfig, LoopDetectionConfig, Rule
+from detector.config import SIGNAL_NAMES, AppConfig, LoopDetectionConfig, Rule
 from detector.decisions import REASON_LOOP, Decision, strongest
-from detector.escalation import LEVEL_ACTION, Escalation, break_instruction
+from detector.escalation import LEVEL_ACTION, LEVELS, Escalation, break_instruction, counts_of, thresholds_of
 from detector.events import event_row
-from detector.models import Call, Turn, ns_to_ch
+from detector.models import LLM_OPERATIONS, Call, Turn, ns_to_ch
 from detector.rules import (
     PARAM_MODELS,
     FailureStreak,
@@ -35,10 +35,12 @@ from detector.rules import (
     find_repeat_cycle,
     trace_cap_exceeded,
 )
-from detector.scoring import confidence_and_dominant, ema
-from detector.signals import Signals, compute_signals
+from detector.scoring import confidence_and_dominant_values, ema
+from detector.signals import TurnView, turn_view
+from detector.window import SignalWindow, Values
 
 REQUEST_FP_WINDOW = 100  # the largest exact_prompt_repeat window allowed
+_NO_ERRORS: frozenset[int] = frozenset()
 
 # Call fields worth keeping in a persisted history (the rest are ids and keys the scope already has).
 _COMPACT_SKIP = {"trace_id", "span_id", "parent_span_id", "session_id", "session_source", "virtual_key", "feature",
@@ -119,6 +121,8 @@ class ScopeState:
     instruction: str = ""
     pending_tools: list[Call] = field(default_factory=list)
     published: tuple[Any, ...] | None = None  # the last decision handed out (not persisted)
+    published_from: tuple[Any, ...] | None = field(default=None, compare=False)  # what it came from (not persisted)
+    window: SignalWindow | None = field(default=None, repr=False, compare=False)  # the history as the signals read it
 
     @property
     def confidence(self) -> float:
@@ -200,26 +204,61 @@ class ScopeState:
         }
 
 
+# A row of otel.loop_scores as the engine emits it: a tuple, ``ts`` in unix nanoseconds and the seven signal
+# values nested in SIGNAL_NAMES order (20,000 rows a cycle: a dict per row was a measurable share of it).
+SCORE_FIELDS = ("ts_ns", "scope", "scope_id", "session_id", "trace_id", "span_id", "virtual_key", "feature",
+                "signals", "raw_confidence", "confidence", "level", "dominant_signal", "tokens", "cost_usd")
+ScoreRow = tuple[int, str, str, str, str, str, str, str, Values, float, float, str, str, int, float]
+
+
 @dataclass(slots=True)
 class CycleOutput:
     """What one batch of calls produced, for the job to write."""
 
-    scores: list[dict[str, Any]] = field(default_factory=list)
+    score_rows: list[ScoreRow] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     dirty: dict[tuple[str, str], ScopeState] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     calls_scored: int = 0
 
+    @property
+    def scores(self) -> list[dict[str, Any]]:
+        """The score rows as ``otel.loop_scores`` column dicts (``ts`` as a DateTime64 literal)."""
+        return [score_dict(row) for row in self.score_rows]
+
+
+def score_dict(row: ScoreRow) -> dict[str, Any]:
+    ts_ns, scope, scope_id, session_id, trace_id, span_id, virtual_key, feature, values, *rest = row
+    raw, confidence, level, dominant, tokens, cost = rest
+    return {"ts": ns_to_ch(ts_ns), "scope": scope, "scope_id": scope_id, "session_id": session_id,
+            "trace_id": trace_id, "span_id": span_id, "virtual_key": virtual_key, "feature": feature,
+            **dict(zip(SIGNAL_NAMES, values, strict=True)), "raw_confidence": raw, "confidence": confidence,
+            "level": level, "dominant_signal": dominant, "tokens": tokens, "cost_usd": cost}
+
+
+# One turn's scoring in one scope, reusable by a scope whose window holds the very same turns:
+# (the window, the seven values, the raw confidence, the dominant signal, the values by name).
+_Scored = tuple[SignalWindow, Values, float, str, dict[str, float]]
+_NO_SIGNALS: Values = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+_ZERO_NAMED: dict[str, float] = dict.fromkeys(SIGNAL_NAMES, 0.0)
+
 
 @dataclass(slots=True)
-class _Scored:
-    """One turn's scoring in one scope, reusable by a scope with the very same history."""
+class _Tuning:
+    """A configuration's numbers as the per-call pipeline reads them, extracted once."""
 
-    history: list[Turn]
-    signals: Signals
-    raw: float
-    dominant: str
-    values: dict[str, float]
+    depth: int
+    token_threshold: float
+    cost_threshold: float
+    alpha: float
+    thresholds: tuple[float, ...]
+    counts: tuple[int, ...]
+    step_down_after: int
+
+    @classmethod
+    def of(cls, cfg: LoopDetectionConfig) -> _Tuning:
+        return cls(cfg.history_depth, cfg.token_velocity_threshold, cfg.cost_velocity_threshold, cfg.ema_alpha,
+                   thresholds_of(cfg), counts_of(cfg), cfg.step_down_after)
 
 
 def resolve_cost(call: Call, config: AppConfig) -> float:
@@ -248,7 +287,10 @@ class Engine:
         self.states: dict[tuple[str, str], ScopeState] = {}
         self.trace_sessions: dict[str, str] = {}
         self._key_cfg: dict[str, LoopDetectionConfig] = {}
+        self._key_tuning: dict[str, tuple[LoopDetectionConfig, _Tuning]] = {}
         self._params: dict[str, Any] = {}
+        self._plan: list[tuple[Rule, Any]] = []
+        self._plan_for: list[Rule] | None = None
         self.budgets = BudgetTracker(config.budgets)  # spend totals: kept across reconfigure (spent is spent)
 
     # -- configuration -------------------------------------------------------------------------
@@ -257,7 +299,9 @@ class Engine:
         self.config = config
         self.owns_unknown_traces = config.detector.shard_count == 1
         self._key_cfg.clear()
+        self._key_tuning.clear()
         self._params.clear()
+        self._plan_for = None
         self.states.clear()
         self.trace_sessions.clear()
         self.budgets.set_budgets(config.budgets)
@@ -268,6 +312,13 @@ class Engine:
             cfg = self.config.for_key(virtual_key)
             self._key_cfg[virtual_key] = cfg
         return cfg
+
+    def _tuning_for(self, virtual_key: str) -> tuple[LoopDetectionConfig, _Tuning]:
+        found = self._key_tuning.get(virtual_key)
+        if found is None or found[0] is not self.cfg_for(virtual_key):
+            cfg = self.cfg_for(virtual_key)
+            found = self._key_tuning[virtual_key] = (cfg, _Tuning.of(cfg))
+        return found
 
     # -- state -----------------------------------------------------------------------------------
     def state(self, scope: str, scope_id: str, out: CycleOutput | None = None) -> ScopeState:
@@ -289,15 +340,20 @@ class Engine:
     def needed_scopes(self, calls: Sequence[Call]) -> set[tuple[str, str]]:
         """Scopes a batch touches that are not in memory (the job loads them before processing)."""
         wanted: set[tuple[str, str]] = set()
+        states = self.states
         for c in calls:
-            if c.is_tool and not self._follows(c):
+            if c.operation == "execute_tool" and not self._follows(c):
                 continue
-            wanted.add(("trace", c.trace_id))
-            if c.is_llm:
-                wanted.add(("session", c.session_id))
-                if c.virtual_key:
+            key = ("trace", c.trace_id)
+            if key not in states:
+                wanted.add(key)
+            if c.operation in LLM_OPERATIONS:
+                key = ("session", c.session_id)
+                if key not in states:
+                    wanted.add(key)
+                if c.virtual_key and ("key", c.virtual_key) not in states:
                     wanted.add(("key", c.virtual_key))
-        return {k for k in wanted if k not in self.states}
+        return wanted
 
     # -- the pipeline ----------------------------------------------------------------------------
     def process(self, calls: Iterable[Call], now_us: int | None = None) -> CycleOutput:
@@ -315,6 +371,15 @@ class Engine:
         for st in states:
             if st.calls == 0 and not st.trips and st.published is None:
                 continue  # a trace seen only through tool spans (maybe another shard's): nothing to decide
+            # What decision_for reads, as the decision key rounds it: unchanged, so is the decision (most
+            # scopes of a cycle), and it need not be built to find out.
+            trips = st.trips
+            source = (st.escalation.level, round(round(st.ema or 0.0, 6), 3), st.dominant, st.instruction,
+                      tuple([(t.action, t.mode, t.detector, t.rule, t.expires_ns) for t in trips.values()])
+                      if trips else ())
+            if source == st.published_from:
+                continue
+            st.published_from = source
             d = self.decision_for(st)
             key = (d.action, d.level, round(d.confidence, 3), d.dominant_signal, d.detector, d.rule_name,
                    d.instruction, d.expires_at_us)
@@ -324,24 +389,26 @@ class Engine:
         return changed
 
     def process_call(self, call: Call, out: CycleOutput, now_us: int) -> None:
+        operation = call.operation
         if call.session_source != "trace" and call.session_id:
             self.trace_sessions.setdefault(call.trace_id, call.session_id)
-        if call.is_tool and not self._follows(call):
+        if operation == "execute_tool" and not self._follows(call):
             return
         trace = self.state("trace", call.trace_id, out)
         trace.last_seen_us = now_us
-        if call.is_tool:
+        if operation == "execute_tool":
             trace.pending_tools.append(call)
             return
-        if not call.is_llm:
+        if operation not in LLM_OPERATIONS:
             return
 
         session_id = call.session_id
         if call.session_source == "trace":
             session_id = self.trace_sessions.get(call.trace_id, call.session_id)
-        turn = Turn(call=call, tools=trace.pending_tools, cost_usd=resolve_cost(call, self.config))
+        turn = Turn(call, trace.pending_tools, resolve_cost(call, self.config))
         trace.pending_tools = []
-        cfg = self.cfg_for(call.virtual_key)
+        view = turn_view(turn)
+        cfg, tuning = self._tuning_for(call.virtual_key)
         session = self.state("session", session_id, out)
 
         shared = None
@@ -350,13 +417,17 @@ class Engine:
             st.virtual_key = call.virtual_key or st.virtual_key
             st.feature = call.feature or st.feature
             st.last_seen_us = now_us
-            shared = self._score(st, turn, cfg, out, shared)
+            shared = self._score(st, turn, view, cfg, tuning, out, shared)
+        # only now: the trace's window was compared with the session's as it was before this turn
+        for st in (session, trace):
+            st.window.push(view)  # type: ignore[union-attr]  # _score made sure there is one
+            st.history.append(turn)
 
         trace.request_fps.append(call.request_fp)
-        trace.failure.update(turn)
-        for rule in self.config.rules:
+        trace.failure.advance(view.tools, view.error_fps if view.is_error else _NO_ERRORS)
+        for rule, params in self._rule_plan():
             if rule.enabled:
-                self._evaluate_rule(rule, trace, session, turn, out)
+                self._evaluate_rule(rule, params, trace, session, turn, out)
         out.events.extend(self.budgets.account(ts_ns=call.ts_ns, cost_usd=turn.cost_usd, session_id=session_id,
                                                virtual_key=call.virtual_key, feature=call.feature,
                                                trace_id=call.trace_id, span_id=call.span_id))
@@ -367,51 +438,45 @@ class Engine:
         return (self.owns_unknown_traces or call.session_source != "trace" or call.trace_id in self.trace_sessions
                 or ("trace", call.trace_id) in self.states)
 
-    def _score(self, st: ScopeState, turn: Turn, cfg: LoopDetectionConfig, out: CycleOutput,
-               shared: _Scored | None = None) -> _Scored:
-        """Score one turn in one scope. ``shared`` is the previous scope's result: when this scope's history
-        holds the very same turns (a session with a single trace), the signals, the raw confidence and the
-        dominant signal are equal, and are reused rather than computed twice."""
-        if st.history.maxlen != cfg.history_depth:
-            st.history = deque(st.history, maxlen=cfg.history_depth)
-        history = list(st.history)
-        if shared is not None and len(shared.history) == len(history) and all(
-                a is b for a, b in zip(shared.history, history, strict=True)):
-            scored = _Scored(history, shared.signals, shared.raw, shared.dominant, shared.values)
+    def _score(self, st: ScopeState, turn: Turn, view: TurnView, cfg: LoopDetectionConfig, tuning: _Tuning,
+               out: CycleOutput, shared: _Scored | None = None) -> _Scored:
+        """Score one turn in one scope (the caller then adds it to the scope's history and window). ``shared``
+        is the previous scope's result: when this scope's window holds the same turns (a session with a single
+        trace), the signals, the raw confidence and the dominant signal are equal, and are reused rather than
+        computed twice."""
+        window = st.window
+        if window is None or window.depth != tuning.depth:
+            if st.history.maxlen != tuning.depth:
+                st.history = deque(st.history, maxlen=tuning.depth)
+            window = st.window = SignalWindow.of(st.history, tuning.depth)
+        if shared is not None and window.scores_like(shared[0]):
+            scored = shared
         else:
-            signals = compute_signals(history, turn, cfg)
-            raw, dominant = confidence_and_dominant(signals, cfg.weights)
-            scored = _Scored(history, signals, raw, dominant, signals.as_dict())
-        raw = scored.raw
-        st.ema = ema(st.ema, raw, cfg.ema_alpha)
-        st.peak = max(st.peak, st.ema)
-        st.dominant = scored.dominant
-        st.signals = scored.values
-        transition = st.escalation.step(st.ema, cfg)
-        st.history.append(turn)
-        st.calls += 1
-        st.tokens += turn.tokens
-        st.cost_usd += turn.cost_usd
-        st.first_ns = st.first_ns or turn.ts_ns
-        st.last_ns = max(st.last_ns, turn.ts_ns)
+            values, _ = window.score(view, tuning.token_threshold, tuning.cost_threshold)
+            if values == _NO_SIGNALS:  # no evidence at all (most calls): one shared, never mutated, dict
+                scored = (window, _NO_SIGNALS, 0.0, "none", _ZERO_NAMED)
+            else:
+                raw, dominant = confidence_and_dominant_values(values, cfg.weights)
+                scored = (window, values, raw, dominant, dict(zip(SIGNAL_NAMES, values, strict=True)))
+        _, values, raw, dominant, named = scored
+        st.ema = confidence = ema(st.ema, raw, tuning.alpha)
+        if confidence > st.peak:
+            st.peak = confidence
+        st.dominant = dominant
+        st.signals = named
+        escalation = st.escalation
+        transition = escalation.advance(confidence, tuning.thresholds, tuning.counts, tuning.step_down_after)
         call = turn.call
-        out.scores.append({
-            "ts": ns_to_ch(call.ts_ns),
-            "scope": st.scope,
-            "scope_id": st.scope_id,
-            "session_id": st.session_id,
-            "trace_id": call.trace_id,
-            "span_id": call.span_id,
-            "virtual_key": call.virtual_key,
-            "feature": call.feature,
-            **st.signals,
-            "raw_confidence": raw,
-            "confidence": st.ema,
-            "level": st.level,
-            "dominant_signal": st.dominant,
-            "tokens": turn.tokens,
-            "cost_usd": turn.cost_usd,
-        })
+        tokens = call.input_tokens + call.output_tokens
+        st.calls += 1
+        st.tokens += tokens
+        st.cost_usd += turn.cost_usd
+        st.first_ns = st.first_ns or call.ts_ns
+        if call.ts_ns > st.last_ns:
+            st.last_ns = call.ts_ns
+        out.score_rows.append((call.ts_ns, st.scope, st.scope_id, st.session_id, call.trace_id, call.span_id,
+                               call.virtual_key, call.feature, values, raw, confidence, LEVELS[escalation.level],
+                               dominant, tokens, turn.cost_usd))
         if transition is None:
             return scored
         if transition.to_level == "inject" and transition.up:
@@ -422,6 +487,14 @@ class Engine:
         ))
         return scored
 
+    def _rule_plan(self) -> list[tuple[Rule, Any]]:
+        """The configured rules with their parameter models, built once per rule list."""
+        rules = self.config.rules
+        if self._plan_for is not rules:
+            self._plan = [(rule, self._rule_params(rule)) for rule in rules]
+            self._plan_for = rules
+        return self._plan
+
     def _rule_params(self, rule: Rule) -> Any:
         """The rule's parameter model, validated once per configuration (not per call)."""
         params = self._params.get(rule.name)
@@ -429,13 +502,13 @@ class Engine:
             params = self._params[rule.name] = PARAM_MODELS[rule.detector](**rule.params)
         return params
 
-    def _evaluate_rule(self, rule: Rule, trace: ScopeState, session: ScopeState, turn: Turn, out: CycleOutput) -> None:
+    def _evaluate_rule(self, rule: Rule, params: Any, trace: ScopeState, session: ScopeState, turn: Turn,
+                       out: CycleOutput) -> None:
         target = trace
-        params = self._rule_params(rule)
         detail = ""
         expires_ns = 0
         if rule.detector == "exact_prompt_repeat":
-            match = find_repeat_cycle(list(trace.request_fps), params)
+            match = find_repeat_cycle(trace.request_fps, params)
             tripped = match is not None
             if match:
                 detail = f"cycle of {match[0]} call(s) repeated {match[1]} times"
@@ -468,6 +541,8 @@ class Engine:
             return
 
         current = target.trips.get(rule.name)
+        if not tripped and current is None:
+            return  # the usual case: nothing tripped, nothing to clear (the target is already marked dirty)
         sticky = rule.action == "block" and rule.mode == "enforce" and rule.detector != "velocity"
         if tripped and current is None:
             target.trips[rule.name] = RuleTrip(rule.name, rule.detector, rule.action, rule.mode, turn.ts_ns, detail,
@@ -511,6 +586,8 @@ class Engine:
             delay_seconds=float(cfg.throttle_delay_seconds) if action == "throttle" else 0.0,
             instruction=st.instruction if action == "inject" else "",
         )
+        if not st.trips:
+            return base
         candidates = [base]
         for trip in st.trips.values():
             # notify: log, event, webhook, metric, and the run continues untouched; dry run: the same,

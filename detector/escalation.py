@@ -24,12 +24,12 @@ GENERIC_INSTRUCTION = (
 )
 
 
-def _thresholds(cfg: LoopDetectionConfig) -> tuple[float, float, float, float]:
+def thresholds_of(cfg: LoopDetectionConfig) -> tuple[float, float, float, float]:
     t = cfg.thresholds
     return (t.warn_confidence, t.throttle_confidence, t.inject_confidence, t.hardstop_confidence)
 
 
-def _counts(cfg: LoopDetectionConfig) -> tuple[int, int, int, int]:
+def counts_of(cfg: LoopDetectionConfig) -> tuple[int, int, int, int]:
     c = cfg.consecutive_counts
     return (c.warn, c.throttle, c.inject, c.hardstop)
 
@@ -61,16 +61,24 @@ class Escalation:
 
     def step(self, confidence: float, cfg: LoopDetectionConfig) -> Transition | None:
         """Account one scored call; returns the transition it caused, if any."""
-        thresholds, counts = _thresholds(cfg), _counts(cfg)
+        return self.advance(confidence, thresholds_of(cfg), counts_of(cfg), cfg.step_down_after)
+
+    def advance(self, confidence: float, thresholds: tuple[float, ...], counts: tuple[int, ...],
+                step_down_after: int) -> Transition | None:
+        """:meth:`step` with the configuration's thresholds and counts already extracted (the engine does it
+        once per configuration, not per call)."""
+        streaks = self.streaks
         for i, threshold in enumerate(thresholds):
-            self.streaks[i] = self.streaks[i] + 1 if confidence >= threshold else 0
+            streaks[i] = streaks[i] + 1 if confidence >= threshold else 0
         self.below = self.below + 1 if confidence < thresholds[0] else 0
+        if self.level == 0 and streaks[0] < counts[0]:
+            return None  # the usual call of a calm scope: nothing to climb, nothing to step down from
 
         if self.level < len(thresholds) and self.streaks[self.level] >= counts[self.level]:
             before = self.level
             self.level += 1
             return Transition(LEVELS[before], LEVELS[self.level], self.streaks[before])
-        if self.level > 0 and self.below >= cfg.step_down_after:
+        if self.level > 0 and self.below >= step_down_after:
             consecutive = self.below
             self.level -= 1
             self.below = 0

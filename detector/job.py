@@ -16,14 +16,16 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from detector.budgets import load_totals, save_totals
+from detector.collector import CollectorPolicy
 from detector.config import AppConfig
 from detector.decisions import Decision, DecisionBook
 from detector.engine import CycleOutput, Engine, ScopeState
 from detector.models import CALL_COLUMNS, Call
-from detector.store import Store, insert_rows, insert_rows_arrow
+from detector.store import Store, insert_rows
+from detector.tables import decision_table, event_table, score_table
 
 log = logging.getLogger("loop_detector.detector")
 
@@ -65,6 +67,9 @@ class CycleStats:
     seconds: float = 0.0
     watermark_us: int = 0
     lag_seconds: float = 0.0
+    # where the cycle's time went: read (the new calls, missing scope states), score (the engine), write
+    # (scores, events, decisions, watermark), checkpoint (when one was due)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 class Versioner:
@@ -106,6 +111,7 @@ class DetectorJob:
         self.evicted_total = 0
         self.last_stats = CycleStats()
         self.cycles = 0
+        self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.collector)
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -139,7 +145,7 @@ class DetectorJob:
 
     # -- one cycle ------------------------------------------------------------------------------
     def run_cycle(self) -> CycleStats:
-        with self.lock:
+        with self.lock, self.collector.cycle():
             if self.processed_us > self.watermark_us:
                 self._cycle(self.processed_us, replay=True)
             return self._cycle(None, replay=False)
@@ -156,25 +162,34 @@ class DetectorJob:
             SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
         ).to_pydict())
         self._load_missing(calls)
+        read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)
+        scored = time.perf_counter()
         self.unsaved.update(out.dirty)
         if not replay:
             out.events.extend(self.engine.budgets.drain_events())  # exhaustions the API announced
-            insert_rows_arrow(self.store, "otel.loop_scores", out.scores)
-            insert_rows(self.store, "otel.loop_events", out.events)
+            if out.score_rows:
+                self.store.insert_arrow("otel.loop_scores", score_table(out.score_rows))
+            if out.events:
+                self.store.insert_arrow("otel.loop_events", event_table(out.events))
         version = self.version()
-        insert_rows(self.store, "otel.loop_decisions", (d.to_row(version) for d in out.decisions))
+        if out.decisions:
+            self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))
         self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
         self.watermark_us = cutoff
         if not replay:
             self.processed_us = cutoff
             insert_rows(self.store, "otel.loop_meta",
                         [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
+        written = time.perf_counter()
         self._maybe_checkpoint(now_us)
         newest = max((c.inserted_us for c in calls), default=cutoff)
+        ended = time.perf_counter()
         stats = CycleStats(
             calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
-            seconds=time.perf_counter() - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
+            seconds=ended - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
+            phases={"read": read - started, "score": scored - read, "write": written - scored,
+                    "checkpoint": ended - written},
         )
         if replay:
             return stats
@@ -220,8 +235,10 @@ class DetectorJob:
 
     # -- lifecycle and admin --------------------------------------------------------------------
     def evict(self) -> int:
-        """Expire idle sessions and cap tracked sessions (the eviction job)."""
+        """Expire idle sessions and cap tracked sessions (the eviction job); now and then, collect garbage
+        in full (:meth:`detector.collector.CollectorPolicy.collect_if_due`)."""
         with self.lock:
+            self.collector.collect_if_due()
             now_us = int(time.time() * 1e6)
             removed = self.engine.evict(now_us)
             if not removed:

@@ -68,9 +68,13 @@ class Metrics:
     def observe_cycle(self, out: CycleOutput, stats: CycleStats) -> None:
         self.cycle_seconds.observe(stats.seconds)
         self.calls_scored.inc(out.calls_scored)
-        for row in out.scores:
-            if row["scope"] == "session":
-                self.confidence.labels(virtual_key=row["virtual_key"]).observe(row["confidence"])
+        histograms = {}  # the labelled child of each key, looked up once per cycle rather than per row
+        for _, scope, _, _, _, _, virtual_key, _, _, _, confidence, *_ in out.score_rows:
+            if scope == "session":
+                histogram = histograms.get(virtual_key)
+                if histogram is None:
+                    histogram = histograms[virtual_key] = self.confidence.labels(virtual_key=virtual_key)
+                histogram.observe(confidence)
         for event in out.events:
             if event["kind"] == "escalation":
                 self.enforcement.labels(level=event["to_level"], virtual_key=event["virtual_key"]).inc()

@@ -115,19 +115,30 @@ def find_repeat_cycle(fps: Sequence[int], params: ExactRepeatParams) -> tuple[in
     must reach ``params.repeats_for(L)``. Returns ``(L, copies)`` for the shortest such cycle, else None.
     Defaults: [a,a,a] -> (1, 3); [a,b,a,b] -> (2, 2); [a,b,c,a,b,c] -> (3, 2); [a,b,a] and [a,a] -> None.
     """
-    tail = list(fps)[-params.window :] if params.window > 0 else []
-    n = len(tail)
+    n = min(len(fps), params.window)
+    # Any match has at least two copies of its cycle, so the newest fingerprint recurs L calls back for
+    # some L: most calls are settled here, without copying the window (the engine asks on every call).
+    last = fps[-1] if n else 0
+    if not last or all(fps[-1 - length] != last for length in range(1, min(params.max_cycle_length, n - 1) + 1)):
+        return None
+    tail = list(fps)[-params.window :]
     for length in range(1, params.max_cycle_length + 1):
         need = params.repeats_for(length)
         if length * need > n:
             continue
-        cycle = tail[n - length :]
-        if 0 in cycle or _minimal_period(cycle) < length:
-            continue
-        copies, start = 1, n - length
-        while start - length >= 0 and tail[start - length : start] == cycle:
-            copies += 1
-            start -= length
+        if length == 1:  # the same request again and again: count the run of the newest one
+            start = n - 1
+            while start >= 1 and tail[start - 1] == last:
+                start -= 1
+            copies = n - start
+        else:
+            cycle = tail[n - length :]
+            if 0 in cycle or _minimal_period(cycle) < length:
+                continue
+            copies, start = 1, n - length
+            while start - length >= 0 and tail[start - length : start] == cycle:
+                copies += 1
+                start -= length
         if copies >= need:
             return length, copies
     return None
@@ -143,8 +154,8 @@ def trace_cap_exceeded(calls: int, usd: float, tokens: int, params: TraceCapPara
     $5.00 (or 200,000 tokens) went through; later calls are stopped.
     """
     threshold = params.threshold if params.threshold is not None else TRACE_CAP_DEFAULTS[params.unit]
-    value = {"calls": calls, "usd": usd, "tokens": tokens}[params.unit]
-    return value >= threshold
+    unit = params.unit
+    return (calls if unit == "calls" else usd if unit == "usd" else tokens) >= threshold
 
 
 @dataclass(slots=True)
@@ -165,22 +176,28 @@ class FailureStreak:
     error_streak: int = 0
 
     def update(self, turn: Turn) -> tuple[int, int]:
-        tools = {fp for fp in turn.tool_fps if fp}
-        common = tools & set(self.tool_fps)
-        if common:
-            self.tool_fps, self.tool_streak = sorted(common), self.tool_streak + 1
-        elif tools:
-            self.tool_fps, self.tool_streak = sorted(tools), 1
-        else:
+        errors = frozenset(fp for fp in turn.error_fps if fp) if turn.is_error else frozenset()
+        return self.advance(frozenset(fp for fp in turn.tool_fps if fp), errors)
+
+    def advance(self, tools: frozenset[int], errors: frozenset[int]) -> tuple[int, int]:
+        """:meth:`update` from the turn's (non-zero) tool-call fingerprints and, when it failed, its error
+        fingerprints (the engine has both at hand)."""
+        if tools:
+            common = tools.intersection(self.tool_fps)
+            if common:
+                self.tool_fps, self.tool_streak = sorted(common), self.tool_streak + 1
+            else:
+                self.tool_fps, self.tool_streak = sorted(tools), 1
+        elif self.tool_fps or self.tool_streak:
             self.tool_fps, self.tool_streak = [], 0
 
-        errors = {fp for fp in turn.error_fps if fp} if turn.is_error else set()
-        common = errors & set(self.error_fps)
-        if common:
-            self.error_fps, self.error_streak = sorted(common), self.error_streak + 1
-        elif errors:
-            self.error_fps, self.error_streak = sorted(errors), 1
-        else:
+        if errors:
+            common = errors.intersection(self.error_fps)
+            if common:
+                self.error_fps, self.error_streak = sorted(common), self.error_streak + 1
+            else:
+                self.error_fps, self.error_streak = sorted(errors), 1
+        elif self.error_fps or self.error_streak:
             self.error_fps, self.error_streak = [], 0
         return self.tool_streak, self.error_streak
 

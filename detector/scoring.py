@@ -12,18 +12,17 @@ delay to warn that this smoothing and the consecutive counts impose.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from detector.config import Weights
+from detector.config import SIGNAL_NAMES, Weights
 from detector.signals import Signals
 
 
-def _finite(value: float) -> float:
-    return value if math.isfinite(value) else 0.0
-
-
 def _clamp(value: float) -> float:
-    value = _finite(value)
-    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
+    """Into [0, 1]; NaN and infinities count as 0."""
+    if 0.0 <= value <= 1.0:
+        return value
+    return 1.0 if value > 1.0 and value != math.inf else 0.0
 
 
 _WEIGHTS_CACHE: dict[int, tuple[Weights, tuple[tuple[str, float], ...]]] = {}
@@ -56,9 +55,9 @@ def ema(previous: float | None, value: float, alpha: float) -> float:
     ``previous is None`` (a new scope) starts from 0, so the first result is ``alpha * value``: see the
     module docstring for why. ``alpha`` is clamped to [0, 1] and non-finite inputs count as 0.
     """
-    prev = 0.0 if previous is None else _finite(previous)
-    a = min(1.0, max(0.0, _finite(alpha)))
-    return prev + a * (_finite(value) - prev)
+    prev = 0.0 if previous is None or not math.isfinite(previous) else previous
+    a = min(1.0, max(0.0, alpha)) if math.isfinite(alpha) else 0.0
+    return prev + a * ((value if math.isfinite(value) else 0.0) - prev)
 
 
 def _dominant(contrib: dict[str, float]) -> str:
@@ -78,5 +77,17 @@ def dominant_signal(signals: Signals, weights: Weights) -> str:
 def confidence_and_dominant(signals: Signals, weights: Weights) -> tuple[float, str]:
     """``weighted_confidence`` and ``dominant_signal`` from one pass over the contributions (the engine
     needs both for every scored call)."""
-    contrib = contributions(signals, weights)
-    return _clamp(sum(contrib.values())), _dominant(contrib)
+    return confidence_and_dominant_values([getattr(signals, name) for name in SIGNAL_NAMES], weights)
+
+
+def confidence_and_dominant_values(values: Sequence[float], weights: Weights) -> tuple[float, str]:
+    """:func:`confidence_and_dominant` of the seven signal values in ``SIGNAL_NAMES`` order."""
+    if not any(values):
+        return 0.0, "none"  # no evidence at all (most calls): every contribution is 0
+    best_name, best, total = "none", 0.0, []
+    for (name, weight), value in zip(_weight_items(weights), values, strict=True):
+        contribution = weight * _clamp(value)
+        total.append(contribution)
+        if contribution > best:
+            best_name, best = name, contribution
+    return _clamp(sum(total)), best_name

@@ -105,16 +105,19 @@ class Signals:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Signals:
-        values = {name: _clamp(float(data.get(name, 0.0))) for name in SIGNAL_NAMES}
+        values = {name: clamp_unit(float(data.get(name, 0.0))) for name in SIGNAL_NAMES}
         return cls(**values, content_fallback=bool(data.get("content_fallback", False)))
 
 
 # --------------------------------------------------------------------------------------------- views
 
 
-@dataclass(frozen=True, slots=True)
-class _View:
-    """What the signals read from a turn, extracted once per scoring."""
+@dataclass(slots=True)
+class TurnView:
+    """What the signals read from a turn, extracted once per turn (cached on it, shared by its scopes).
+
+    Treated as immutable, but not a frozen dataclass: the engine builds one per scored call, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, several times slower."""
 
     has_content: bool
     request_fp: int
@@ -137,7 +140,12 @@ class _View:
     spans_only: bool  # the tool fingerprints come from execute_tool spans (arguments may be missing)
 
 
-def _view(turn: Turn) -> _View:
+_NO_INTS: frozenset[int] = frozenset()
+_NO_NAMES: frozenset[str] = frozenset()
+
+
+def turn_view(turn: Turn) -> TurnView:
+    """The turn's view, built on first use and cached on the turn."""
     cached = turn.view
     if cached is not None:
         return cached  # type: ignore[no-any-return]
@@ -145,38 +153,50 @@ def _view(turn: Turn) -> _View:
     return view
 
 
-def _make_view(turn: Turn) -> _View:
+def _make_view(turn: Turn) -> TurnView:
     call = turn.call
-    end_ns = max(call.ts_ns, call.end_ns)
-    for tool in turn.tools:
-        end_ns = max(end_ns, tool.end_ns)
-    return _View(
-        has_content=bool(call.has_content),
-        request_fp=call.request_fp,
-        input_simhash=call.input_simhash & SIMHASH_MASK if call.has_content else 0,
-        output_simhash=call.output_simhash & SIMHASH_MASK if call.has_content else 0,
-        tools=frozenset(fp for fp in turn.tool_fps if fp),
-        response_fp=call.response_fp,
-        input_tokens=max(0, call.input_tokens),
-        output_tokens=max(0, call.output_tokens),
-        tokens=max(0, call.input_tokens) + max(0, call.output_tokens),
-        cost_usd=turn.cost_usd if math.isfinite(turn.cost_usd) and turn.cost_usd > 0 else 0.0,
-        is_error=turn.is_error,
-        error_fps=frozenset(fp for fp in turn.error_fps if fp),
-        ts_ns=call.ts_ns,
-        end_ns=end_ns,
-        call_end_ns=max(call.ts_ns, call.end_ns),
-        ready_ns=max((t.end_ns for t in turn.tools if t.end_ns <= call.ts_ns), default=0),
-        tool_names=frozenset(n for n in turn.tool_names if n),
-        shape=(tuple(call.finish_reasons), bool(call.output_simhash) if call.has_content else None,
-               tuple(sorted(call.out_tool_names)), call.is_error),
-        spans_only=not call.out_tool_fps,
+    tools = turn.tools
+    has_content = bool(call.has_content)
+    call_end_ns = max(call.ts_ns, call.end_ns)
+    out_tool_fps = call.out_tool_fps
+    if tools:
+        end_ns = max(call_end_ns, max(t.end_ns for t in tools))
+        ready_ns = max((t.end_ns for t in tools if t.end_ns <= call.ts_ns), default=0)
+        tool_fps, tool_names, error_fps, is_error = turn.tool_fps, turn.tool_names, turn.error_fps, turn.is_error
+    else:  # the same as the Turn properties give, without going through them (no tool spans to look at)
+        end_ns, ready_ns = call_end_ns, 0
+        tool_fps, tool_names, is_error = out_tool_fps, call.out_tool_names, call.is_error
+        error_fps = (call.error_fp,) if is_error else ()
+    input_tokens = max(0, call.input_tokens)
+    output_tokens = max(0, call.output_tokens)
+    cost = turn.cost_usd
+    return TurnView(
+        has_content,
+        call.request_fp,
+        call.input_simhash & SIMHASH_MASK if has_content else 0,
+        call.output_simhash & SIMHASH_MASK if has_content else 0,
+        frozenset([fp for fp in tool_fps if fp]) if tool_fps else _NO_INTS,
+        call.response_fp,
+        input_tokens,
+        output_tokens,
+        input_tokens + output_tokens,
+        cost if cost > 0 and math.isfinite(cost) else 0.0,
+        is_error,
+        frozenset([fp for fp in error_fps if fp]) if error_fps else _NO_INTS,
+        call.ts_ns,
+        end_ns,
+        call_end_ns,
+        ready_ns,
+        frozenset([n for n in tool_names if n]) if tool_names else _NO_NAMES,
+        (tuple(call.finish_reasons), bool(call.output_simhash) if has_content else None,
+         tuple(sorted(call.out_tool_names)) if call.out_tool_names else (), call.is_error),
+        not out_tool_fps,
     )
 
 
 def _views(history: Sequence[Turn], turn: Turn, depth: int | None = None) -> _Window:
     recent = list(history)[-depth:] if depth else list(history)
-    return _Window([_view(t) for t in recent] + [_view(turn)])
+    return _Window([turn_view(t) for t in recent] + [turn_view(turn)])
 
 
 class _Window:
@@ -185,7 +205,7 @@ class _Window:
 
     __slots__ = ("views", "deltas", "added", "_pairs")
 
-    def __init__(self, views: list[_View]) -> None:
+    def __init__(self, views: list[TurnView]) -> None:
         self.views = views
         pairs = list(zip(views, views[1:], strict=False))
         self.deltas: list[int | None] = [None] + [b.input_tokens - a.input_tokens for a, b in pairs]
@@ -196,7 +216,7 @@ class _Window:
     def __len__(self) -> int:
         return len(self.views)
 
-    def __getitem__(self, i: int) -> _View:
+    def __getitem__(self, i: int) -> TurnView:
         return self.views[i]
 
     def increment_match(self, i: int, j: int) -> float:
@@ -239,7 +259,7 @@ class _Window:
 # ------------------------------------------------------------------------------------ pair similarity
 
 
-def _clamp(value: float) -> float:
+def clamp_unit(value: float) -> float:
     if not math.isfinite(value):
         return 0.0
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
@@ -293,7 +313,7 @@ def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
     return len(a & b) / len(a | b)
 
 
-def _tool_match(a: _View, b: _View) -> float:
+def _tool_match(a: TurnView, b: TurnView) -> float:
     """How much two calls' tool calls are the same: Jaccard of the fingerprints (name + argument values),
     or 1 when both calls failed with the same error from the same tools (arguments tweaked between
     retries, the same failure each time: the same failing call)."""
@@ -304,7 +324,7 @@ def _tool_match(a: _View, b: _View) -> float:
     return score
 
 
-def _same_shape(a: _View, b: _View) -> bool:
+def _same_shape(a: TurnView, b: TurnView) -> bool:
     """Same response structure. ``response_fp`` hashes a token bucket too: two near-identical counts on either
     side of a bucket boundary (40 and 42, 0 and 1) still have the same structure (finish reasons, text or
     not, tools asked for)."""
@@ -315,13 +335,13 @@ def _same_shape(a: _View, b: _View) -> bool:
     return a.shape == b.shape and token_closeness(a.output_tokens, b.output_tokens) == 1.0
 
 
-def _empty_output(v: _View) -> bool:
+def empty_output(v: TurnView) -> bool:
     """A successful call whose reply (captured content) was empty: no text, no tool calls, ~no tokens."""
     return v.has_content and not v.is_error and not v.output_simhash and not v.tools \
         and v.output_tokens <= TOKENS_SAME_ABS
 
 
-def _response_match(a: _View, b: _View) -> float:
+def _response_match(a: TurnView, b: TurnView) -> float:
     """Same response structure (parts, finish reason), near-identical output tokens and, where known,
     near-identical output text and the same tool calls."""
     if not _same_shape(a, b):
@@ -367,7 +387,7 @@ def _content_pair(w: _Window, i: int, j: int) -> tuple[float, bool]:
         return 1.0, False  # the whole input is identical: the same request sent again
     inp = simhash_similarity(a.input_simhash, b.input_simhash)
     text = simhash_similarity(a.output_simhash, b.output_simhash)
-    if text is None and _empty_output(a) and _empty_output(b):
+    if text is None and empty_output(a) and empty_output(b):
         text = 1.0  # both replies were empty: the same (non-)answer
     if a.tools or b.tools or (a.is_error and b.is_error and a.tool_names):
         tools = _tool_match(a, b)
@@ -437,19 +457,19 @@ def cycle_score(n: int, sim: Callable[[int, int], float], max_period: int | None
         best = max(best, total / period)
         if best >= SATURATING_CYCLES:
             break
-    return _clamp(best / SATURATING_CYCLES)
+    return clamp_unit(best / SATURATING_CYCLES)
 
 
 def _tail_cycle(w: _Window, pair: Callable[[_Window, int, int], float]) -> float:
     return cycle_score(len(w), lambda i, j: pair(w, i, j))
 
 
-def _backoff_factor(w: _Window) -> float:
+def backoff_factor(views: Sequence[TurnView]) -> float:
     """``BACKOFF_DISCOUNT`` when the turn is a successful call at the end of a backing-off sequence (each of
     the last ``BACKOFF_RATIOS`` idle gaps >= ``BACKOFF_RATIO`` x the one before): polling, not a loop. An
     idle gap is the wait before a call: from the end of the previous step (the previous call and the tools
-    it ran) to the start of this call, so neither the calls' latency nor a slow tool looks like a wait."""
-    views = w.views
+    it ran) to the start of this call, so neither the calls' latency nor a slow tool looks like a wait. ``views``: the
+    window, oldest first."""
     if views[-1].is_error or len(views) < BACKOFF_RATIOS + 2:
         return 1.0
     recent = views[-(BACKOFF_RATIOS + 2) :]
@@ -469,7 +489,7 @@ def _content_cycle(w: _Window) -> float:
 
 
 def _content_similarity(w: _Window, backoff: float, content: float | None = None) -> float:
-    return _clamp(backoff * (_content_cycle(w) if content is None else content))
+    return clamp_unit(backoff * (_content_cycle(w) if content is None else content))
 
 
 def _content_fallback(w: _Window) -> bool:
@@ -479,13 +499,13 @@ def _content_fallback(w: _Window) -> bool:
 def _tool_call_repetition(w: _Window, backoff: float) -> float:
     if len(w) < 2 or not w[-1].tools:
         return 0.0
-    return _clamp(backoff * _tail_cycle(w, _tool_sim))
+    return clamp_unit(backoff * _tail_cycle(w, _tool_sim))
 
 
 def _response_stagnation(w: _Window, backoff: float) -> float:
     if len(w) < 2:
         return 0.0
-    return _clamp(backoff * _tail_cycle(w, _response_sim))
+    return clamp_unit(backoff * _tail_cycle(w, _response_sim))
 
 
 def _error_cycling(w: _Window) -> float:
@@ -502,7 +522,7 @@ def _error_cycling(w: _Window) -> float:
             repeats += 1.0  # the same error again
         elif w.content_sim(n - 1, i) >= SAME_FAILING_REQUEST:
             repeats += 0.5  # the same failing request retried, failing differently
-    return _clamp(repeats / ERROR_SATURATING_REPEATS)
+    return clamp_unit(repeats / ERROR_SATURATING_REPEATS)
 
 
 def _context_growth(w: _Window, backoff: float, content: float | None = None) -> float:
@@ -523,7 +543,7 @@ def _context_growth(w: _Window, backoff: float, content: float | None = None) ->
     increments = cycle_score(
         len(deltas), lambda i, j: token_closeness(deltas[i], deltas[j]) if deltas[i] > 0 and deltas[j] > 0 else 0.0
     )
-    return _clamp(backoff * growing * content * (1.0 - INCREMENTS_WEIGHT + INCREMENTS_WEIGHT * increments))
+    return clamp_unit(backoff * growing * content * (1.0 - INCREMENTS_WEIGHT + INCREMENTS_WEIGHT * increments))
 
 
 def _rate_per_minute(w: _Window, amounts: Sequence[float]) -> float:
@@ -541,7 +561,7 @@ def velocity_score(rate: float, threshold: float) -> float:
         return 1.0
     if rate <= threshold:
         return 0.0
-    return _clamp(1.0 - threshold / rate)
+    return clamp_unit(1.0 - threshold / rate)
 
 
 def _token_velocity(w: _Window, threshold: float) -> float:
@@ -559,7 +579,7 @@ def content_similarity(history: Sequence[Turn], turn: Turn) -> float:
     """The new content of this call (SimHash of its last input message and of its output, plus its tool
     calls) repeats the tail of the history; structural fingerprints when content is absent."""
     w = _views(history, turn)
-    return _content_similarity(w, _backoff_factor(w))
+    return _content_similarity(w, backoff_factor(w.views))
 
 
 def content_fallback(history: Sequence[Turn], turn: Turn) -> bool:
@@ -571,13 +591,13 @@ def content_fallback(history: Sequence[Turn], turn: Turn) -> bool:
 def tool_call_repetition(history: Sequence[Turn], turn: Turn) -> float:
     """The call's own tool calls (name + argument values) repeat the previous turns' (period 1..3)."""
     w = _views(history, turn)
-    return _tool_call_repetition(w, _backoff_factor(w))
+    return _tool_call_repetition(w, backoff_factor(w.views))
 
 
 def response_stagnation(history: Sequence[Turn], turn: Turn) -> float:
     """Responses repeat: same structure, near-identical output tokens (and text / tool calls)."""
     w = _views(history, turn)
-    return _response_stagnation(w, _backoff_factor(w))
+    return _response_stagnation(w, backoff_factor(w.views))
 
 
 def error_cycling(history: Sequence[Turn], turn: Turn) -> float:
@@ -588,7 +608,7 @@ def error_cycling(history: Sequence[Turn], turn: Turn) -> float:
 def context_growth(history: Sequence[Turn], turn: Turn) -> float:
     """Input tokens keep growing while what is added is not new (repeated content, repeated increments)."""
     w = _views(history, turn)
-    return _context_growth(w, _backoff_factor(w))
+    return _context_growth(w, backoff_factor(w.views))
 
 
 def token_velocity(history: Sequence[Turn], turn: Turn, threshold: float) -> float:
@@ -605,7 +625,7 @@ def compute_signals(history: Sequence[Turn], turn: Turn, cfg: LoopDetectionConfi
     """All seven signals of ``turn`` given the scope's previous turns (oldest first; only the last
     ``cfg.history_depth`` are used)."""
     w = _views(history, turn, cfg.history_depth)
-    backoff = _backoff_factor(w)
+    backoff = backoff_factor(w.views)
     content = _content_cycle(w)
     return Signals(
         content_similarity=_content_similarity(w, backoff, content),

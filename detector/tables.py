@@ -1,0 +1,85 @@
+"""The detector's bulk writes as Arrow tables: per-call scores, events and changed decisions.
+
+A cycle of 10,000 new calls writes 20,000 score rows and, while loops escalate, thousands of events and
+decisions. chDB reads an Arrow table about ten times faster than it parses the same rows as JSONEachRow
+(:meth:`detector.store.Store.insert_arrow`), and building the table column by column, with the column types
+given, costs less than building one dict per row. Everything here is plain data in, ``pyarrow.Table`` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from detector.config import SIGNAL_NAMES
+from detector.decisions import Decision
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from detector.engine import ScoreRow
+
+
+def score_table(rows: Sequence[ScoreRow]) -> pa.Table:
+    """The engine's score rows (:data:`detector.engine.SCORE_FIELDS`) as ``otel.loop_scores`` columns."""
+    import pyarrow as pa
+
+    (ts, scope, scope_id, session_id, trace_id, span_id, virtual_key, feature, signals, raw, confidence, level,
+     dominant, tokens, cost) = zip(*rows, strict=True)
+    text, real = pa.string(), pa.float64()
+    columns = {"ts": pa.array(ts, pa.timestamp("ns", tz="UTC")), "scope": pa.array(scope, text),
+               "scope_id": pa.array(scope_id, text), "session_id": pa.array(session_id, text),
+               "trace_id": pa.array(trace_id, text), "span_id": pa.array(span_id, text),
+               "virtual_key": pa.array(virtual_key, text), "feature": pa.array(feature, text)}
+    for name, values in zip(SIGNAL_NAMES, zip(*signals, strict=True), strict=True):
+        columns[name] = pa.array(values, real)
+    columns.update({"raw_confidence": pa.array(raw, real), "confidence": pa.array(confidence, real),
+                    "level": pa.array(level, text), "dominant_signal": pa.array(dominant, text),
+                    "tokens": pa.array(tokens, pa.uint64()), "cost_usd": pa.array(cost, real)})
+    return pa.table(columns)
+
+
+EVENT_TYPES = {"confidence": "float64", "consecutive": "uint32"}  # every other column but signals is text
+
+
+def event_table(events: Sequence[dict[str, Any]]) -> pa.Table:
+    """``otel.loop_events`` rows as built by :func:`detector.events.event_row` (``ts`` as a DateTime64 literal,
+    ``signals`` with the seven names, in ``SIGNAL_NAMES`` order)."""
+    import pyarrow as pa
+
+    columns = {}
+    for name in events[0]:
+        if name == "signals":
+            continue
+        values = [e[name] for e in events]
+        columns[name] = pa.array(values, getattr(pa, EVENT_TYPES.get(name, "string"))())
+    width = len(SIGNAL_NAMES)
+    columns["signals"] = pa.MapArray.from_arrays(
+        pa.array(range(0, width * len(events) + 1, width), pa.int32()),
+        pa.array(SIGNAL_NAMES * len(events), pa.string()),
+        pa.array([e["signals"][name] for e in events for name in SIGNAL_NAMES], pa.float64()),
+    )
+    return pa.table(columns)
+
+
+def decision_table(decisions: Sequence[Decision], version: int) -> pa.Table:
+    """``otel.loop_decisions`` rows of :meth:`detector.decisions.Decision.to_row`, all with one version."""
+    import pyarrow as pa
+
+    text, real = pa.string(), pa.float64()
+    n = len(decisions)
+    return pa.table({
+        "scope": pa.array([d.scope for d in decisions], text),
+        "scope_id": pa.array([d.scope_id for d in decisions], text),
+        "action": pa.array([d.action for d in decisions], text),
+        "level": pa.array([d.level for d in decisions], text),
+        "confidence": pa.array([d.confidence for d in decisions], real),
+        "dominant_signal": pa.array([d.dominant_signal for d in decisions], text),
+        "detector": pa.array([d.detector for d in decisions], text),
+        "reason": pa.array([d.reason for d in decisions], text),
+        "rule_name": pa.array([d.rule_name for d in decisions], text),
+        "delay_seconds": pa.array([d.delay_seconds for d in decisions], real),
+        "instruction": pa.array([d.instruction for d in decisions], text),
+        "expires_at": pa.array([d.expires_at_us for d in decisions], pa.timestamp("us", tz="UTC")),
+        "version": pa.array([version] * n, pa.uint64()),
+    })

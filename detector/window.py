@@ -1,0 +1,353 @@
+"""A scope's scoring window, kept up to date call by call, and the seven signals of a new turn against it.
+
+No I/O. :func:`detector.signals.compute_signals` is the specification: one small function per signal, each
+building its own window from the history and comparing its own pairs of turns. The engine scores every new
+call of a cycle in two scopes; through the specification that cost ~60-90 us per call on the reference
+machine, nearly all of it generic machinery rather than arithmetic. :class:`SignalWindow` returns the very
+same numbers, bit for bit (``tests/test_window.py`` checks it against ``compute_signals`` on random runs),
+with:
+
+- what the window holds maintained as turns are appended (the turns' views, each call's context increment,
+  the idle gaps that backoff looks at), instead of rebuilt from the history for every call;
+- each pair of turns compared once for the three repetition signals (content similarity, tool-call
+  repetition, response stagnation): the parts they share (tool-set match, output SimHash, response structure)
+  are computed once, and only for the pairs a cycle walk visits;
+- a pair shown to be below ``CYCLE_MATCH_MIN`` in all three (the usual pair of a healthy run: a new request,
+  other tool calls, other words) not compared any further, since such a similarity is only ever compared with
+  that threshold or a higher one, never used as a number.
+
+The formulas, constants and the order of every floating-point operation are those of ``detector.signals``;
+a change there must be made here too (the equivalence tests fail otherwise).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+
+from detector.config import LoopDetectionConfig
+from detector.models import Turn
+from detector.signals import (
+    BACKOFF_DISCOUNT,
+    BACKOFF_RATIO,
+    BACKOFF_RATIOS,
+    CYCLE_MATCH_MIN,
+    ERROR_SATURATING_REPEATS,
+    INCREMENTS_WEIGHT,
+    INPUT_ONLY_WEIGHT,
+    MAX_PERIOD,
+    MIN_RATE_WINDOW_NS,
+    NS_PER_MINUTE,
+    OUTPUT_ONLY_WEIGHT,
+    SAME_FAILING_REQUEST,
+    SATURATING_CYCLES,
+    SIMHASH_SAME_BITS,
+    SIMHASH_UNRELATED_BITS,
+    STRUCTURAL_REQUEST_WEIGHT,
+    TOKENS_SAME_ABS,
+    TOOL_TEXT_FLOOR,
+    Signals,
+    TurnView,
+    clamp_unit,
+    cycle_score,
+    empty_output,
+    increment_closeness,
+    token_closeness,
+    turn_view,
+    velocity_score,
+)
+
+# One pair of turns as the three repetition signals see it: (content, tool-call, response similarity).
+Pair = tuple[float, float, float]
+CONTENT, TOOL, RESPONSE = 0, 1, 2
+# Any pair below CYCLE_MATCH_MIN in all three parts: it can neither start nor continue a repeating tail, and
+# error_cycling only asks whether a content similarity reaches SAME_FAILING_REQUEST.
+UNRELATED: Pair = (0.0, 0.0, 0.0)
+assert CYCLE_MATCH_MIN <= SAME_FAILING_REQUEST
+
+SIMHASH_SPAN = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
+
+# The seven signal values, in SIGNAL_NAMES order, and whether content fell back to structure.
+Values = tuple[float, float, float, float, float, float, float]
+
+_TS = attrgetter("ts_ns")
+_END = attrgetter("end_ns")
+_TOKENS = attrgetter("tokens")
+_COST = attrgetter("cost_usd")
+_HAS_CONTENT = attrgetter("has_content")
+
+
+class SignalWindow:
+    """The last ``depth`` turns of one scope as the signals read them (oldest first), with each turn's
+    context increment over its predecessor and the idle gaps before the latest turns.
+
+    ``score(view)`` gives the signals of a new turn against the window; ``push(view)`` then adds it."""
+
+    __slots__ = ("depth", "views", "deltas", "added", "gaps")
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.views: deque[TurnView] = deque(maxlen=depth)
+        # input growth over the previous turn, and that minus the previous reply (None: no previous turn)
+        self.deltas: deque[int | None] = deque(maxlen=depth)
+        self.added: deque[int | None] = deque(maxlen=depth)
+        # idle time before each of the latest turns (see detector.signals.backoff_factor)
+        self.gaps: deque[int] = deque(maxlen=BACKOFF_RATIOS)
+
+    @classmethod
+    def of(cls, turns: Iterable[Turn], depth: int) -> SignalWindow:
+        """The window of a history (oldest first; only the last ``depth`` turns count)."""
+        window = cls(depth)
+        for turn in list(turns)[-depth:]:
+            window.push(turn_view(turn))
+        return window
+
+    def push(self, view: TurnView) -> None:
+        views = self.views
+        if views:
+            last = views[-1]
+            delta = view.input_tokens - last.input_tokens
+            self.deltas.append(delta)
+            self.added.append(delta - last.output_tokens)
+            self.gaps.append(view.ts_ns - max(last.call_end_ns, view.ready_ns))
+        else:
+            self.deltas.append(None)
+            self.added.append(None)
+        views.append(view)
+
+    def scores_like(self, other: SignalWindow) -> bool:
+        """Whether both windows score any new turn identically: they hold the same turns (a session with a
+        single trace), or, after a restart loaded each scope's history on its own, equal copies of them."""
+        mine, theirs = self.views, other.views
+        return len(mine) == len(theirs) and all(a is b or a == b for a, b in zip(mine, theirs, strict=True))
+
+    def score(self, view: TurnView, token_threshold: float, cost_threshold: float) -> tuple[Values, bool]:
+        """The seven signals of a new turn (``view``) given the window, in ``SIGNAL_NAMES`` order, and
+        whether content fell back to structure: :func:`detector.signals.compute_signals`."""
+        views = [*self.views, view]
+        n = len(views)
+        fallback = not all(map(_HAS_CONTENT, views))
+        # velocity: from the first call's start to the latest end, over at least a minute
+        minutes = max(max(map(_END, views)) - min(map(_TS, views)), MIN_RATE_WINDOW_NS) / NS_PER_MINUTE
+        token_velocity = velocity_score(sum(map(_TOKENS, views)) / minutes, token_threshold)
+        cost_velocity = velocity_score(sum(map(_COST, views)) / minutes, cost_threshold)
+        if n < 2:
+            return (0.0, 0.0, 0.0, 0.0, token_velocity, 0.0, cost_velocity), fallback
+
+        previous = views[-2]
+        delta = view.input_tokens - previous.input_tokens
+        deltas = [*self.deltas, delta]
+        added = [*self.added, delta - previous.output_tokens]
+        deltas[0] = added[0] = None  # the oldest call of the window has no known increment
+        backoff = self._backoff(view, previous, n)
+        cache: dict[int, Pair] = {}
+
+        def pair(i: int, j: int) -> Pair:
+            key = i * n + j
+            found = cache.get(key)
+            if found is None:
+                found = cache[key] = compare(views, deltas, added, i, j)
+            return found
+
+        content, tool, response = repetition(n, pair, bool(view.tools))
+        error = _error_cycling(views, pair) if view.is_error else 0.0
+        if not (content or tool or response):  # nothing repeats (and context growth needs content)
+            return (0.0, 0.0, 0.0, error, token_velocity, 0.0, cost_velocity), fallback
+        growth = _context_growth(deltas, backoff, content)
+        return (clamp_unit(backoff * content), clamp_unit(backoff * tool) if view.tools else 0.0,
+                clamp_unit(backoff * response), error, token_velocity, growth, cost_velocity), fallback
+
+    def _backoff(self, view: TurnView, previous: TurnView, n: int) -> float:
+        """:func:`detector.signals.backoff_factor` from the gaps kept as turns were pushed."""
+        if view.is_error or n < BACKOFF_RATIOS + 2:
+            return 1.0
+        gaps = [*self.gaps, view.ts_ns - max(previous.call_end_ns, view.ready_ns)]
+        if min(gaps) <= 0:
+            return 1.0
+        for earlier, later in zip(gaps, gaps[1:], strict=False):
+            if not later >= BACKOFF_RATIO * earlier:
+                return 1.0
+        return BACKOFF_DISCOUNT
+
+
+def window_signals(history: Iterable[Turn], turn: Turn, cfg: LoopDetectionConfig) -> Signals:
+    """``compute_signals(history, turn, cfg)`` through a fresh window (for tests and one-off scoring)."""
+    values, fallback = SignalWindow.of(history, cfg.history_depth).score(
+        turn_view(turn), cfg.token_velocity_threshold, cfg.cost_velocity_threshold)
+    return Signals(*values, content_fallback=fallback)
+
+
+def repetition(n: int, pair: Callable[[int, int], Pair], tools: bool) -> tuple[float, float, float]:
+    """The cycle scores (:func:`detector.signals.cycle_score`) of the three repetition signals over a window
+    of ``n`` calls, walked together: for each period, the newest call's pair decides whether any of them has
+    a repeating tail to walk. ``tools``: whether the newest call made tool calls (else tool-call repetition
+    is not walked, and is 0)."""
+    best = [0.0, 0.0, 0.0]
+    walking = [True, tools, True]
+    newest = n - 1
+    for period in range(1, min(MAX_PERIOD, n - 1) + 1):
+        first = pair(newest, newest - period)
+        if first is UNRELATED:
+            continue
+        enough = period * SATURATING_CYCLES
+        for part in (CONTENT, TOOL, RESPONSE):
+            if not walking[part] or first[part] < CYCLE_MATCH_MIN:
+                continue
+            total, j = first[part], newest - 1
+            while j - period >= 0 and total < enough:
+                s = pair(j, j - period)[part]
+                if s < CYCLE_MATCH_MIN:
+                    break
+                total += s
+                j -= 1
+            best[part] = max(best[part], total / period)
+            if best[part] >= SATURATING_CYCLES:
+                walking[part] = False
+        if not any(walking):
+            break
+    return (clamp_unit(best[CONTENT] / SATURATING_CYCLES), clamp_unit(best[TOOL] / SATURATING_CYCLES),
+            clamp_unit(best[RESPONSE] / SATURATING_CYCLES))
+
+
+def _error_cycling(views: list[TurnView], pair: Callable[[int, int], Pair]) -> float:
+    n = len(views)
+    errors = views[-1].error_fps
+    repeats = 0.0
+    for i in range(n - 1):
+        earlier = views[i]
+        if not earlier.is_error:
+            continue
+        if earlier.error_fps & errors:
+            repeats += 1.0
+        elif pair(n - 1, i)[CONTENT] >= SAME_FAILING_REQUEST:
+            repeats += 0.5
+    return clamp_unit(repeats / ERROR_SATURATING_REPEATS)
+
+
+def _context_growth(window_deltas: list[int | None], backoff: float, content: float) -> float:
+    deltas: list[int] = window_deltas[1:]  # type: ignore[assignment]  # only the oldest call's is unknown
+    if deltas[-1] <= 0 or content == 0.0:
+        return 0.0
+    growing = sum(1 for d in deltas if d > 0) / len(deltas)
+    increments = cycle_score(
+        len(deltas), lambda i, j: token_closeness(deltas[i], deltas[j]) if deltas[i] > 0 and deltas[j] > 0 else 0.0
+    )
+    return clamp_unit(backoff * growing * content * (1.0 - INCREMENTS_WEIGHT + INCREMENTS_WEIGHT * increments))
+
+
+def _increment_match(deltas: list[int | None], added: list[int | None], i: int, j: int) -> float:
+    da, db = deltas[i], deltas[j]
+    if da is None or db is None:
+        known = db if da is None else da
+        return 1.0 if known is None or known > 0 else 0.0
+    if da <= 0 or db <= 0:
+        return 0.0
+    return increment_closeness(added[i], added[j])  # type: ignore[arg-type]
+
+
+def _added_share(deltas: list[int | None], added: list[int | None], i: int) -> float | None:
+    d, a = deltas[i], added[i]
+    if d is None or a is None or d <= 0:
+        return None
+    return min(1.0, max(0.0, a / d))
+
+
+def compare(views: list[TurnView], deltas: list[int | None], added: list[int | None], i: int, j: int) -> Pair:
+    """Calls i and j of the window compared once for the three repetition signals (see ``Pair``)."""
+    a, b = views[i], views[j]
+    a_tools, b_tools = a.tools, b.tools
+    any_tools = bool(a_tools or b_tools)
+
+    # the same tool calls: Jaccard of the fingerprints, or the same failing call
+    if not a_tools or not b_tools or a_tools.isdisjoint(b_tools):
+        tools = 0.0
+    elif a_tools == b_tools:
+        tools = 1.0
+    else:
+        tools = len(a_tools & b_tools) / len(a_tools | b_tools)
+    if tools < 1.0 and a.is_error and b.is_error and a.tool_names and a.tool_names == b.tool_names \
+            and not a.error_fps.isdisjoint(b.error_fps):
+        tools = 1.0
+
+    # output text similarity
+    text: float | None = None
+    if a.output_simhash and b.output_simhash:
+        distance = (a.output_simhash ^ b.output_simhash).bit_count()
+        text = 1.0 if distance <= SIMHASH_SAME_BITS else 0.0 if distance >= SIMHASH_UNRELATED_BITS \
+            else (SIMHASH_UNRELATED_BITS - distance) / SIMHASH_SPAN
+
+    # The usual pair of a healthy run: a new request, other tool calls, other words. Tool-call and response
+    # similarity are then at most ``tools``, content similarity at most ``tools`` or (redundant input) ``text``.
+    if any_tools and tools < CYCLE_MATCH_MIN and (text is None or text < CYCLE_MATCH_MIN) and a.has_content \
+            and b.has_content and not (a.request_fp and a.request_fp == b.request_fp):
+        return UNRELATED
+
+    # the same response structure, and output-token closeness (needed whenever the structure may match)
+    if a.response_fp and b.response_fp:
+        closeness = token_closeness(a.output_tokens, b.output_tokens)
+        same_shape = a.response_fp == b.response_fp or (a.shape == b.shape and closeness == 1.0)
+    else:
+        closeness, same_shape = 0.0, False
+
+    # response stagnation
+    response = 0.0
+    if same_shape:
+        response = closeness
+        if text is not None:
+            response *= text
+        if any_tools:
+            response *= tools
+
+    # tool-call repetition: span fingerprints may lack arguments, so they need the same amount back too
+    tool = tools
+    if tool and (a.spans_only or b.spans_only):
+        tool *= _increment_match(deltas, added, i, j)
+
+    # content similarity
+    if not (a.has_content and b.has_content):
+        return _structural(a, b, deltas, added, i, j, any_tools, tools, closeness, same_shape), tool, response
+    if a.request_fp and a.request_fp == b.request_fp:
+        return 1.0, tool, response
+    inp: float | None = None
+    if a.input_simhash and b.input_simhash:
+        distance = (a.input_simhash ^ b.input_simhash).bit_count()
+        inp = 1.0 if distance <= SIMHASH_SAME_BITS else 0.0 if distance >= SIMHASH_UNRELATED_BITS \
+            else (SIMHASH_UNRELATED_BITS - distance) / SIMHASH_SPAN
+    reply = text
+    if reply is None and empty_output(a) and empty_output(b):
+        reply = 1.0
+    out: float | None
+    if any_tools or (a.is_error and b.is_error and a.tool_names):
+        out = tools * (TOOL_TEXT_FLOOR + (1.0 - TOOL_TEXT_FLOOR) * reply) if reply is not None else tools
+    else:
+        out = reply
+    if out is None:
+        if inp is None:
+            return _structural(a, b, deltas, added, i, j, any_tools, tools, closeness, same_shape), tool, response
+        return INPUT_ONLY_WEIGHT * inp, tool, response
+    if inp is None:
+        return out, tool, response
+    score = out * (OUTPUT_ONLY_WEIGHT + (1.0 - OUTPUT_ONLY_WEIGHT) * inp)
+    # redundant input (the same documents again, answered the same way); 0 unless both input and reply repeat
+    if inp and reply and a.tool_names and a.tool_names == b.tool_names:
+        shares = [x for x in (_added_share(deltas, added, i), _added_share(deltas, added, j)) if x is not None]
+        if shares:
+            score = max(score, inp * min(shares) * reply)
+    return score, tool, response
+
+
+def _structural(a: TurnView, b: TurnView, deltas: list[int | None], added: list[int | None], i: int, j: int,
+                any_tools: bool, tools: float, closeness: float, same_shape: bool) -> float:
+    """Content-free similarity (``detector.signals._structural_similarity``)."""
+    request = STRUCTURAL_REQUEST_WEIGHT if a.request_fp and a.request_fp == b.request_fp else 0.0
+    if not same_shape:
+        return request
+    if any_tools:
+        same_calls = tools
+    else:
+        own_i, own_j = added[i], added[j]
+        same_calls = 1.0 if (own_i is None or own_i >= -TOKENS_SAME_ABS) and (own_j is None or own_j >= -TOKENS_SAME_ABS) \
+            else 0.0
+    step = closeness * _increment_match(deltas, added, i, j) * same_calls
+    return max(request, step)
