@@ -118,9 +118,17 @@ class SignalWindow:
 
     def scores_like(self, other: SignalWindow) -> bool:
         """Whether both windows score any new turn identically: they hold the same turns (a session with a
-        single trace), or, after a restart loaded each scope's history on its own, equal copies of them."""
+        single trace), or, after a restart loaded each scope's history on its own, equal copies of them. Equal
+        copies are then replaced by the other window's, so that the next check is by identity."""
         mine, theirs = self.views, other.views
-        return len(mine) == len(theirs) and all(a is b or a == b for a, b in zip(mine, theirs, strict=True))
+        if len(mine) != len(theirs):
+            return False
+        for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if a is not b:
+                if a != b:
+                    return False
+                mine[i] = b
+        return True
 
     def score(self, view: TurnView, token_threshold: float, cost_threshold: float) -> tuple[Values, bool]:
         """The seven signals of a new turn (``view``) given the window, in ``SIGNAL_NAMES`` order, and
