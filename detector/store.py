@@ -66,17 +66,6 @@ def encode_rows(rows: Iterable[Mapping[str, Any]]) -> bytes:
     return b"\n".join(orjson.dumps(r) for r in rows)
 
 
-def insert_rows_arrow(store: Store, table: str, rows: list[dict[str, Any]]) -> int:
-    """Insert row dicts as one Arrow table (column types inferred from the values): for bulk rows on a hot
-    path, where chDB's JSON parsing would cost more than building the table (about 3x for score rows)."""
-    if not rows:
-        return 0
-    import pyarrow as pa
-
-    store.insert_arrow(table, pa.Table.from_pylist(rows))
-    return len(rows)
-
-
 def insert_rows(store: Store, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
     payload = encode_rows(rows)
     if not payload:

@@ -623,7 +623,7 @@ def test_protobuf_value_rendering():
         decode_protobuf(b"\x0a\x05abc", IngestSettings())
 
 
-def test_arrow_batch_stores_exactly_its_rows(tmp_path):
+def test_arrow_batch_stores_exactly_its_rows(store):
     """The receiver inserts spans as an Arrow table (detector/ingest/spans.py); what lands in otel_traces must be
     exactly the rows the decoder describes: several resources and scopes, events (a timestamp past
     DateTime64(9)'s end clamped), links, a repeated attribute key (the last value wins), non-string values."""
@@ -636,7 +636,7 @@ def test_arrow_batch_stores_exactly_its_rows(tmp_path):
             ss = rs.scope_spans.add()
             ss.scope.name, ss.scope.version = f"scope-{r}-{sc}", f"{sc}.0"
             for k in range(3):
-                span = make_span(bytes([r + 1]) * 16, bytes([r * 16 + sc * 4 + k + 1]) * 8, now - SECOND, now - k)
+                span = make_span(bytes([0xA0 + r]) * 16, bytes([r * 16 + sc * 4 + k + 1]) * 8, now - SECOND, now - k)
                 span.attributes.extend([kv("dup", "first"), kv("dup", "last"), kv("ratio", 0.25), kv("flag", True)])
                 if k == 1:
                     event = span.events.add(time_unix_nano=now - 10, name="exception")
@@ -651,14 +651,12 @@ def test_arrow_batch_stores_exactly_its_rows(tmp_path):
     expected = sorted(result.rows, key=lambda row: row["SpanId"])
     assert expected[0]["SpanAttributes"]["dup"] == "last" and expected[0]["SpanAttributes"]["flag"] == "true"
 
-    store = ChdbStore(tmp_path)
-    try:
-        apply_schema(store)
-        store.insert_arrow("otel.otel_traces", result.spans.to_arrow())
-        stored = store.rows("SELECT * FROM otel.otel_traces ORDER BY SpanId")
-        calls = store.rows("SELECT count() AS n FROM otel.genai_calls")[0]["n"]
-    finally:
-        store.close()
+    traces = ["a0" * 16, "a1" * 16]  # this test's traces, in the module's store
+    store.insert_arrow("otel.otel_traces", result.spans.to_arrow())
+    stored = store.rows("SELECT * FROM otel.otel_traces WHERE TraceId IN {t:Array(String)} ORDER BY SpanId",
+                        {"t": traces})
+    calls = store.rows("SELECT count() AS n FROM otel.genai_calls WHERE trace_id IN {t:Array(String)}",
+                       {"t": traces})[0]["n"]
     assert stored == expected
     assert calls == 12
     with_events = [row for row in stored if row["Events.Name"]]

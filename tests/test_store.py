@@ -64,13 +64,3 @@ def test_arrow_reads_build_the_same_calls_as_json_rows(store):
     call = next(c for c in from_arrow if c.span_id == "s1")
     assert (call.is_error, call.has_content, call.finish_reasons, call.request_fp) == (
         False, True, (AWKWARD[1], "stop"), 2**64 - 2)
-
-
-def test_rows_inserted_as_arrow_read_back(store):
-    from detector.store import insert_rows_arrow
-
-    rows = [{"key": f"arrow-{i}", "value": value, "version": i} for i, value in enumerate(AWKWARD)]
-    assert insert_rows_arrow(store, "otel.loop_meta", rows) == len(AWKWARD)
-    assert insert_rows_arrow(store, "otel.loop_meta", []) == 0
-    back = store.rows("SELECT key, value, version FROM otel.loop_meta FINAL WHERE key LIKE 'arrow-%' ORDER BY version")
-    assert back == rows
