@@ -73,9 +73,9 @@ class Call:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Call:
         """Build from a query row (the row dict is reused: callers hand over rows they just parsed)."""
-        row["is_error"] = bool(row.get("is_error", 0))
-        row["has_content"] = bool(row.get("has_content", 0))
-        for name in ("finish_reasons", "out_tool_names", "out_tool_fps"):
+        for name in _BOOL_FIELDS:
+            row[name] = bool(row.get(name, 0))
+        for name in _TUPLE_FIELDS:
             row[name] = tuple(row.get(name) or ())
         return cls(**row)
 
