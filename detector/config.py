@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from detector.rule_params import validate_params
+
 SIGNAL_NAMES: tuple[str, ...] = (
     "content_similarity",
     "tool_call_repetition",
@@ -124,8 +126,6 @@ class Rule(_Strict):
 
     @model_validator(mode="after")
     def _params_valid(self) -> Rule:
-        from detector.rules import validate_params  # the rule module owns its parameters
-
         self.params = validate_params(self.detector, self.params)
         return self
 

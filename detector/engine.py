@@ -27,8 +27,8 @@ from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, LEVELS, Escalation, break_instruction, counts_of, thresholds_of
 from detector.events import event_row
 from detector.models import LLM_OPERATIONS, Call, Turn, ns_to_ch
+from detector.rule_params import PARAM_MODELS
 from detector.rules import (
-    PARAM_MODELS,
     FailureStreak,
     VelocityState,
     failure_loop_tripped,

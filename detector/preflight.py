@@ -30,7 +30,8 @@ import orjson
 
 from detector.config import Rule
 from detector.decisions import Decision
-from detector.rules import ExactRepeatParams, FailureLoopParams, find_repeat_cycle
+from detector.rule_params import ExactRepeatParams, FailureLoopParams
+from detector.rules import find_repeat_cycle
 
 WINDOW = 100  # the largest exact_prompt_repeat window allowed
 DEFAULT_MAX_WINDOWS = 100_000

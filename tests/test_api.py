@@ -424,7 +424,8 @@ def test_openapi_fuzz_finds_no_server_errors(tmp_path):
 def test_preflight_window_agrees_with_find_repeat_cycle(seq, window, max_cycle, rep1):
     from detector.config import Rule
     from detector.preflight import PendingWindows, fingerprint_int
-    from detector.rules import ExactRepeatParams, find_repeat_cycle
+    from detector.rule_params import ExactRepeatParams
+    from detector.rules import find_repeat_cycle
 
     params = {"window": window, "max_cycle_length": max_cycle, "repeats": {1: rep1}}
     rule = Rule(name="r", detector="exact_prompt_repeat", action="block", params=params)

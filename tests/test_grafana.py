@@ -21,7 +21,7 @@ from grafana_macros import MacroError, QueryContext, expand_macros, interpolate,
 
 from detector.config import SIGNAL_NAMES, Thresholds
 from detector.escalation import LEVELS
-from detector.rules import VelocityParams
+from detector.rule_params import VelocityParams
 from detector.store import ChdbStore, apply_schema, insert_rows
 
 ROOT = Path(__file__).resolve().parent.parent

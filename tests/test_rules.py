@@ -10,12 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detector.models import Call, Turn
+from detector.rule_params import ExactRepeatParams, FailureLoopParams, TraceCapParams, VelocityParams
 from detector.rules import (
-    ExactRepeatParams,
-    FailureLoopParams,
     FailureStreak,
-    TraceCapParams,
-    VelocityParams,
     VelocityState,
     failure_loop_tripped,
     find_repeat_cycle,
