@@ -2,6 +2,15 @@
 # ClickHouse server. The store URL comes from LOOP_DETECTOR_CLICKHOUSE_URL, e.g.
 #   http://user:password@clickhouse:8123
 # Without it the process falls back to the embedded chDB store under /data.
+
+# Build stage: the full image has a C compiler, so setup.py compiles the detection core with mypyc.
+FROM python:3.11 AS build
+WORKDIR /src
+# README.md* : the readme is optional at build time (the glob lets COPY succeed without it).
+COPY pyproject.toml setup.py README.md* ./
+COPY detector ./detector
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,12 +21,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /opt/loop-detector
 
-# README.md* : the readme is optional at build time (the glob lets COPY succeed without it).
-COPY pyproject.toml README.md* ./
-COPY detector ./detector
+COPY --from=build /wheels /wheels
 COPY clickhouse ./clickhouse
 
-RUN pip install . \
+RUN pip install /wheels/*.whl \
+    && rm -rf /wheels \
     && useradd --system --uid 10001 --home-dir /data --no-create-home loop \
     && mkdir -p /data \
     && chown loop /data

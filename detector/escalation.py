@@ -9,6 +9,7 @@ exactly one and the count starts again, so a session that breaks out of its loop
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from detector.config import LoopDetectionConfig
 
@@ -89,8 +90,8 @@ class Escalation:
         return {"level": self.level, "streaks": list(self.streaks), "below": self.below}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Escalation:
-        return cls(level=int(data["level"]), streaks=[int(x) for x in data["streaks"]], below=int(data["below"]))  # type: ignore[arg-type,union-attr]
+    def from_dict(cls, data: dict[str, Any]) -> Escalation:
+        return cls(level=int(data["level"]), streaks=[int(x) for x in data["streaks"]], below=int(data["below"]))
 
 
 def break_instruction(cfg: LoopDetectionConfig, dominant_signal: str, tool_names: tuple[str, ...] = ()) -> str:

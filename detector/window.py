@@ -22,9 +22,7 @@ a change there must be made here too (the equivalence tests fail otherwise).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable
-from operator import attrgetter
+from collections.abc import Iterable
 
 from detector.config import LoopDetectionConfig
 from detector.models import Turn
@@ -71,29 +69,24 @@ SIMHASH_SPAN = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
 # The seven signal values, in SIGNAL_NAMES order, and whether content fell back to structure.
 Values = tuple[float, float, float, float, float, float, float]
 
-_TS = attrgetter("ts_ns")
-_END = attrgetter("end_ns")
-_TOKENS = attrgetter("tokens")
-_COST = attrgetter("cost_usd")
-_HAS_CONTENT = attrgetter("has_content")
-
 
 class SignalWindow:
     """The last ``depth`` turns of one scope as the signals read them (oldest first), with each turn's
     context increment over its predecessor and the idle gaps before the latest turns.
 
-    ``score(view)`` gives the signals of a new turn against the window; ``push(view)`` then adds it."""
+    ``score(view)`` gives the signals of a new turn against the window; ``push(view)`` then adds it.
+    (Plain lists trimmed by hand rather than bounded deques: compiled, list operations are direct C calls.)"""
 
     __slots__ = ("depth", "views", "deltas", "added", "gaps")
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
-        self.views: deque[TurnView] = deque(maxlen=depth)
+        self.views: list[TurnView] = []
         # input growth over the previous turn, and that minus the previous reply (None: no previous turn)
-        self.deltas: deque[int | None] = deque(maxlen=depth)
-        self.added: deque[int | None] = deque(maxlen=depth)
+        self.deltas: list[int | None] = []
+        self.added: list[int | None] = []
         # idle time before each of the latest turns (see detector.signals.backoff_factor)
-        self.gaps: deque[int] = deque(maxlen=BACKOFF_RATIOS)
+        self.gaps: list[int] = []
 
     @classmethod
     def of(cls, turns: Iterable[Turn], depth: int) -> SignalWindow:
@@ -111,10 +104,14 @@ class SignalWindow:
             self.deltas.append(delta)
             self.added.append(delta - last.output_tokens)
             self.gaps.append(view.ts_ns - max(last.call_end_ns, view.ready_ns))
+            if len(self.gaps) > BACKOFF_RATIOS:
+                del self.gaps[0]
         else:
             self.deltas.append(None)
             self.added.append(None)
         views.append(view)
+        if len(views) > self.depth:
+            del views[0], self.deltas[0], self.added[0]
 
     def scores_like(self, other: SignalWindow) -> bool:
         """Whether both windows score any new turn identically: they hold the same turns (a session with a
@@ -123,7 +120,8 @@ class SignalWindow:
         mine, theirs = self.views, other.views
         if len(mine) != len(theirs):
             return False
-        for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+        for i in range(len(mine)):
+            a, b = mine[i], theirs[i]
             if a is not b:
                 if a != b:
                     return False
@@ -133,33 +131,31 @@ class SignalWindow:
     def score(self, view: TurnView, token_threshold: float, cost_threshold: float) -> tuple[Values, bool]:
         """The seven signals of a new turn (``view``) given the window, in ``SIGNAL_NAMES`` order, and
         whether content fell back to structure: :func:`detector.signals.compute_signals`."""
-        views = [*self.views, view]
+        views = self.views + [view]
         n = len(views)
-        fallback = not all(map(_HAS_CONTENT, views))
         # velocity: from the first call's start to the latest end, over at least a minute
-        minutes = max(max(map(_END, views)) - min(map(_TS, views)), MIN_RATE_WINDOW_NS) / NS_PER_MINUTE
-        token_velocity = velocity_score(sum(map(_TOKENS, views)) / minutes, token_threshold)
-        cost_velocity = velocity_score(sum(map(_COST, views)) / minutes, cost_threshold)
+        fallback = False
+        start, end, tokens = view.ts_ns, view.end_ns, 0
+        for v in views:
+            fallback = fallback or not v.has_content
+            start = min(start, v.ts_ns)
+            end = max(end, v.end_ns)
+            tokens += v.tokens
+        minutes = max(end - start, MIN_RATE_WINDOW_NS) / NS_PER_MINUTE
+        token_velocity = velocity_score(tokens / minutes, token_threshold)
+        cost_velocity = velocity_score(sum([v.cost_usd for v in views]) / minutes, cost_threshold)
         if n < 2:
             return (0.0, 0.0, 0.0, 0.0, token_velocity, 0.0, cost_velocity), fallback
 
         previous = views[-2]
         delta = view.input_tokens - previous.input_tokens
-        deltas = [*self.deltas, delta]
-        added = [*self.added, delta - previous.output_tokens]
+        deltas = self.deltas + [delta]
+        added = self.added + [delta - previous.output_tokens]
         deltas[0] = added[0] = None  # the oldest call of the window has no known increment
         backoff = self._backoff(view, previous, n)
-        cache: dict[int, Pair] = {}
-
-        def pair(i: int, j: int) -> Pair:
-            key = i * n + j
-            found = cache.get(key)
-            if found is None:
-                found = cache[key] = compare(views, deltas, added, i, j)
-            return found
-
-        content, tool, response = repetition(n, pair, bool(view.tools))
-        error = _error_cycling(views, pair) if view.is_error else 0.0
+        pairs = Pairs(views, deltas, added)
+        content, tool, response = repetition(n, pairs, bool(view.tools))
+        error = _error_cycling(views, pairs) if view.is_error else 0.0
         if not (content or tool or response):  # nothing repeats (and context growth needs content)
             return (0.0, 0.0, 0.0, error, token_velocity, 0.0, cost_velocity), fallback
         growth = _context_growth(deltas, backoff, content)
@@ -170,7 +166,7 @@ class SignalWindow:
         """:func:`detector.signals.backoff_factor` from the gaps kept as turns were pushed."""
         if view.is_error or n < BACKOFF_RATIOS + 2:
             return 1.0
-        gaps = [*self.gaps, view.ts_ns - max(previous.call_end_ns, view.ready_ns)]
+        gaps = self.gaps + [view.ts_ns - max(previous.call_end_ns, view.ready_ns)]
         if min(gaps) <= 0:
             return 1.0
         for earlier, later in zip(gaps, gaps[1:], strict=False):
@@ -186,7 +182,25 @@ def window_signals(history: Iterable[Turn], turn: Turn, cfg: LoopDetectionConfig
     return Signals(*values, content_fallback=fallback)
 
 
-def repetition(n: int, pair: Callable[[int, int], Pair], tools: bool) -> tuple[float, float, float]:
+class Pairs:
+    """The pairs of calls of one scoring window, each compared (:func:`compare`) on first use, then kept."""
+
+    __slots__ = ("views", "deltas", "added", "n", "found")
+
+    def __init__(self, views: list[TurnView], deltas: list[int | None], added: list[int | None]) -> None:
+        self.views, self.deltas, self.added = views, deltas, added
+        self.n = len(views)
+        self.found: dict[int, Pair] = {}
+
+    def get(self, i: int, j: int) -> Pair:
+        key = i * self.n + j
+        pair = self.found.get(key)
+        if pair is None:
+            pair = self.found[key] = compare(self.views, self.deltas, self.added, i, j)
+        return pair
+
+
+def repetition(n: int, pairs: Pairs, tools: bool) -> tuple[float, float, float]:
     """The cycle scores (:func:`detector.signals.cycle_score`) of the three repetition signals over a window
     of ``n`` calls, walked together: for each period, the newest call's pair decides whether any of them has
     a repeating tail to walk. ``tools``: whether the newest call made tool calls (else tool-call repetition
@@ -195,7 +209,7 @@ def repetition(n: int, pair: Callable[[int, int], Pair], tools: bool) -> tuple[f
     walking = [True, tools, True]
     newest = n - 1
     for period in range(1, min(MAX_PERIOD, n - 1) + 1):
-        first = pair(newest, newest - period)
+        first = pairs.get(newest, newest - period)
         if first is UNRELATED:
             continue
         enough = period * SATURATING_CYCLES
@@ -204,7 +218,7 @@ def repetition(n: int, pair: Callable[[int, int], Pair], tools: bool) -> tuple[f
                 continue
             total, j = first[part], newest - 1
             while j - period >= 0 and total < enough:
-                s = pair(j, j - period)[part]
+                s = pairs.get(j, j - period)[part]
                 if s < CYCLE_MATCH_MIN:
                     break
                 total += s
@@ -218,7 +232,7 @@ def repetition(n: int, pair: Callable[[int, int], Pair], tools: bool) -> tuple[f
             clamp_unit(best[RESPONSE] / SATURATING_CYCLES))
 
 
-def _error_cycling(views: list[TurnView], pair: Callable[[int, int], Pair]) -> float:
+def _error_cycling(views: list[TurnView], pairs: Pairs) -> float:
     n = len(views)
     errors = views[-1].error_fps
     repeats = 0.0
@@ -228,7 +242,7 @@ def _error_cycling(views: list[TurnView], pair: Callable[[int, int], Pair]) -> f
             continue
         if earlier.error_fps & errors:
             repeats += 1.0
-        elif pair(n - 1, i)[CONTENT] >= SAME_FAILING_REQUEST:
+        elif pairs.get(n - 1, i)[CONTENT] >= SAME_FAILING_REQUEST:
             repeats += 0.5
     return clamp_unit(repeats / ERROR_SATURATING_REPEATS)
 

@@ -1,0 +1,157 @@
+"""The compiled detection core (``detector.native``, ``setup.py``): in use after a normal install, exactly as
+the Python source behaves, and never used once its source has changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import detector
+import detector.engine
+from detector import native
+
+PACKAGE_DIR = Path(detector.__file__).resolve().parent
+ROOT = PACKAGE_DIR.parent
+T0 = 1_780_000_000 * 10**9
+
+compiled_here = pytest.mark.skipif(not native.is_compiled(detector.engine),
+                                   reason=f"the detection core is not compiled here ({native.status()})")
+
+
+def has_c_compiler() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None
+
+
+def test_install_compiles_the_core():
+    """A fresh ``pip install`` on a machine with a C compiler runs the compiled core (CI does exactly that)."""
+    if not has_c_compiler():
+        pytest.skip("no C compiler: the install falls back to the Python source")
+    if native.PURE_ENV in os.environ or "changed since the build" in native.status():
+        pytest.skip(f"deliberately pure here: {native.status()}")
+    assert native.status() == "compiled (mypyc)"
+    for name in native.CORE_MODULES:
+        module = sys.modules.get(f"detector.{name}") or __import__(f"detector.{name}", fromlist=["_"])
+        assert native.is_compiled(module), name
+
+
+def random_stream(seed: int) -> list:
+    """Several sessions, traces and keys: tool loops, error retries, exact repeats, healthy steps, tool spans."""
+    from detector.models import Call
+
+    rng = random.Random(seed)
+    calls = []
+    for i in range(600):
+        s = rng.randrange(6)
+        trace = f"t{s}-{i // 120}"
+        ts = T0 + i * 700_000_000 + rng.randrange(300_000_000)
+        # each session has a habit (stuck on a tool, failing, repeating itself, working) it sometimes breaks
+        habit = ["loop", "error", "repeat", "healthy", "loop", "empty"][s]
+        mode = habit if rng.random() < 0.85 else rng.choice(["loop", "error", "repeat", "healthy", "empty"])
+        tool = 4242 + s if mode == "loop" else rng.randrange(1, 2**62) if mode == "healthy" else 0
+        calls.append(Call(
+            ts_ns=ts, end_ns=ts + 400_000_000, trace_id=trace, span_id=f"{i:05d}", session_id=f"s{s}",
+            virtual_key=f"k{s % 2}", feature="search" if s % 3 else "", model=rng.choice(["gpt-4o", "gpt-4o-mini"]),
+            input_tokens=500 + 120 * (i % 40) + rng.randrange(50), output_tokens=rng.choice([40, 60, 60, 900]),
+            has_content=s % 2 == 0, request_fp=77 + s if mode == "repeat" else rng.randrange(1, 2**62),
+            input_simhash=0x0F0F0F0F if mode != "healthy" else rng.randrange(2**32),
+            output_simhash=0 if mode == "empty" else 0x12345678 if mode == "loop" else rng.randrange(2**32),
+            response_fp=99 if mode in ("loop", "error") else rng.randrange(1, 2**62),
+            out_tool_fps=(tool,) if tool and s % 2 == 0 else (), out_tool_names=("read_file",) if tool else (),
+            is_error=mode == "error", error_fp=55 if mode == "error" else 0,
+            finish_reasons=("tool_calls",) if tool else ("stop",),
+        ))
+        if tool and s % 2:  # no content: the tool call is known from its execute_tool span
+            calls.append(Call(
+                ts_ns=ts + 450_000_000, end_ns=ts + 600_000_000, trace_id=trace, span_id=f"{i:05d}-tool",
+                session_id=trace, session_source="trace", operation="execute_tool", call_kind="tool",
+                tool_name="read_file", tool_fp=tool, is_error=rng.random() < 0.2, error_fp=66,
+            ))
+    return calls
+
+
+def engine_digest(seed: int) -> str:
+    """Everything the engine produced for a random stream, in cycles, as exact JSON (floats by repr)."""
+    from detector.config import parse_config
+    from detector.engine import Engine
+
+    config = parse_config({
+        "rules": [
+            {"name": "repeat", "detector": "exact_prompt_repeat", "action": "block", "mode": "enforce"},
+            {"name": "cap", "detector": "trace_cap", "action": "block", "params": {"unit": "tokens", "threshold": 90000}},
+            {"name": "failures", "detector": "failure_loop", "action": "notify", "mode": "dry_run"},
+            {"name": "tpm", "detector": "velocity", "action": "block", "params": {"tpm_limit": 40000}},
+        ],
+        "budgets": [{"name": "search", "scope": "feature", "match": "search", "limit_usd": 0.5, "action": "block"}],
+        "prices": {"gpt-4o": {"input_per_million": 2.5, "output_per_million": 10.0}},
+        "loop_detection": {"injection_strategy": "context_aware", "thresholds": {  # every level gets reached
+            "warn_confidence": 0.2, "throttle_confidence": 0.3, "inject_confidence": 0.4, "hardstop_confidence": 0.5}},
+    })
+    engine = Engine(config)
+    calls = random_stream(seed)
+    out = []
+    for start in range(0, len(calls), 97):
+        result = engine.process(calls[start:start + 97], now_us=T0 // 1000)
+        out.append({"scores": result.scores, "events": result.events,
+                    "decisions": [d.to_row(1) for d in result.decisions], "scored": result.calls_scored})
+    states = {f"{k[0]}:{k[1]}": st.to_row(1) for k, st in sorted(engine.states.items())}
+    return json.dumps({"cycles": out, "states": states}, sort_keys=True, default=repr)
+
+
+def digest_in_subprocess(seed: int, pure: bool) -> str:
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    if pure:
+        env[native.PURE_ENV] = "1"
+    code = ("import sys; sys.path.insert(0, 'tests'); import test_native; from detector import native; "
+            "print(native.status()); print(test_native.engine_digest(int(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, str(seed)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=True, timeout=300)
+    status, _, digest = done.stdout.partition("\n")
+    assert status.startswith("pure") == pure, status
+    return digest
+
+
+@compiled_here
+@pytest.mark.parametrize("seed", [1, 2])
+def test_compiled_and_python_engines_give_identical_output(seed):
+    """The compiled engine and the Python source give the very same scores, events, decisions and state."""
+    compiled, pure = digest_in_subprocess(seed, pure=False), digest_in_subprocess(seed, pure=True)
+    assert '"to_level": "hard_stop"' in compiled and '"instruction": "Loop detected' in compiled  # escalates all the way
+    assert '"kind": "rule"' in compiled and '"kind": "budget' in compiled  # rules and budgets tripped
+    assert compiled == pure
+
+
+@compiled_here
+def test_an_edited_source_is_never_shadowed_by_its_old_extension(tmp_path):
+    """An editable install keeps the extensions beside the sources: edit one, and the package runs every core
+    module from source (with a warning) until it is rebuilt."""
+    copy = tmp_path / "detector"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import detector, detector.engine, detector.window; from detector import native; "
+            "print(native.status()); print(native.is_compiled(detector.engine), native.is_compiled(detector.window))")
+
+    def run() -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        env.pop(native.PURE_ENV, None)
+        return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              check=True, timeout=120)
+
+    assert run().stdout.splitlines() == ["compiled (mypyc)", "True True"]
+    with (copy / "window.py").open("a") as f:
+        f.write("\n# an edit after the build\n")
+    edited = run()
+    assert edited.stdout.splitlines() == ["pure: window changed since the build", "False False"]
+    assert "older than its source (window)" in edited.stderr
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual check: python tests/test_native.py [seed]
+    print(native.status())
+    print(engine_digest(int(sys.argv[1]) if len(sys.argv) > 1 else 1)[:2000])
