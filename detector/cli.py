@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 
+from detector import native
 from detector.config import ConfigError, load_config
 
 DEFAULT_DATA_DIR = ".loop-detector"
@@ -25,7 +26,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         config.detector.shard = args.shard
     service = Service(config, args.data_dir, config_path=args.config)
     print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
-          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}", file=sys.stderr)
+          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}; "
+          f"detection core: {native.status()}", file=sys.stderr)
     try:
         asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
     except KeyboardInterrupt:

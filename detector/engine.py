@@ -374,15 +374,18 @@ class Engine:
             # What decision_for reads, as the decision key rounds it: unchanged, so is the decision (most
             # scopes of a cycle), and it need not be built to find out.
             trips = st.trips
-            source = (st.escalation.level, round(round(st.ema or 0.0, 6), 3), st.dominant, st.instruction,
+            confidence = st.ema or 0.0
+            source = (st.escalation.level, round(round(confidence, 6), 3) if confidence else 0.0, st.dominant,
+                      st.instruction,
                       tuple([(t.action, t.mode, t.detector, t.rule, t.expires_ns) for t in trips.values()])
                       if trips else ())
             if source == st.published_from:
                 continue
             st.published_from = source
             d = self.decision_for(st)
-            key = (d.action, d.level, round(d.confidence, 3), d.dominant_signal, d.detector, d.rule_name,
-                   d.instruction, d.expires_at_us)
+            # source[1] is round(d.confidence, 3): every decision of a scope carries round(ema, 6)
+            key = (d.action, d.level, source[1], d.dominant_signal, d.detector, d.rule_name, d.instruction,
+                   d.expires_at_us)
             if key != st.published:
                 st.published = key
                 changed.append(d)

@@ -167,10 +167,9 @@ class SignalWindow:
         if view.is_error or n < BACKOFF_RATIOS + 2:
             return 1.0
         gaps = self.gaps + [view.ts_ns - max(previous.call_end_ns, view.ready_ns)]
-        if min(gaps) <= 0:
-            return 1.0
-        for earlier, later in zip(gaps, gaps[1:], strict=False):
-            if not later >= BACKOFF_RATIO * earlier:
+        # every gap positive, and each at least BACKOFF_RATIO x the one before (the first failure decides)
+        for i in range(len(gaps)):
+            if gaps[i] <= 0 or (i > 0 and not gaps[i] >= BACKOFF_RATIO * gaps[i - 1]):
                 return 1.0
         return BACKOFF_DISCOUNT
 
