@@ -26,7 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -68,7 +68,7 @@ def _current_keys(ts_us: int) -> tuple[str, str, str]:
     return _day_keys(ts_us // _US_PER_DAY)
 
 
-_US_PER_DAY = 86_400 * 1_000_000
+_US_PER_DAY: Final = 86_400 * 1_000_000
 
 
 @functools.lru_cache(maxsize=64)

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 from detector.budgets import BudgetTracker
 from detector.config import SIGNAL_NAMES, AppConfig, LoopDetectionConfig, Rule
@@ -39,7 +39,7 @@ from detector.scoring import confidence_and_dominant_values, ema
 from detector.signals import TurnView, turn_view
 from detector.window import SignalWindow, Values
 
-REQUEST_FP_WINDOW = 100  # the largest exact_prompt_repeat window allowed
+REQUEST_FP_WINDOW: Final = 100  # the largest exact_prompt_repeat window allowed
 _NO_ERRORS: frozenset[int] = frozenset()
 
 # Call fields worth keeping in a persisted history (the rest are ids and keys the scope already has).

@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from detector.models import Turn
 from detector.rule_params import (
@@ -168,11 +168,11 @@ def failure_loop_tripped(streaks: tuple[int, int] | FailureStreak, params: Failu
     return None
 
 
-VELOCITY_WINDOW_NS = 60 * 1_000_000_000
-VELOCITY_MULTIPLIER = 10.0  # fixed by the spec: trips at 10x the key's own baseline, not configurable
-VELOCITY_CLEAR_FRACTION = 0.5  # hysteresis: clears when the window rate drops below half the trip level
-_NS_PER_SECOND = 1_000_000_000
-_NS_PER_MINUTE = 60 * _NS_PER_SECOND
+VELOCITY_WINDOW_NS: Final = 60 * 1_000_000_000
+VELOCITY_MULTIPLIER: Final = 10.0  # fixed by the spec: trips at 10x the key's own baseline, not configurable
+VELOCITY_CLEAR_FRACTION: Final = 0.5  # hysteresis: clears when the window rate drops below half the trip level
+_NS_PER_SECOND: Final = 1_000_000_000
+_NS_PER_MINUTE: Final = 60 * _NS_PER_SECOND
 
 
 @dataclass(slots=True)

@@ -23,45 +23,45 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from detector.config import SIGNAL_NAMES, LoopDetectionConfig
 from detector.models import Turn
 
 # SimHash: ClickHouse's wordShingleSimHashUTF8 fills 32 significant bits of its UInt64.
-SIMHASH_MASK = 0xFFFF_FFFF
-SIMHASH_SAME_BITS = 3  # at most this many differing bits: the same text (similarity 1)
-SIMHASH_UNRELATED_BITS = 11  # at least this many: unrelated (similarity 0); random texts differ in ~16
+SIMHASH_MASK: Final = 0xFFFF_FFFF
+SIMHASH_SAME_BITS: Final = 3  # at most this many differing bits: the same text (similarity 1)
+SIMHASH_UNRELATED_BITS: Final = 11  # at least this many: unrelated (similarity 0); random texts differ in ~16
 
 # Token counts: relative difference at or below which two counts are "near-identical", and at or above
 # which they are unrelated (linear in between); differences of a couple of tokens always count as equal.
-TOKENS_SAME_REL = 0.05
-TOKENS_DIFFERENT_REL = 0.25
-TOKENS_SAME_ABS = 2
+TOKENS_SAME_REL: Final = 0.05
+TOKENS_DIFFERENT_REL: Final = 0.25
+TOKENS_SAME_ABS: Final = 2
 
 # Cycle scoring: a pair must be at least this similar to continue a repeating tail; periods 1..MAX_PERIOD;
 # the score saturates after SATURATING_CYCLES full repetitions of the cycle (A,A or A,B,A,B: the first
 # complete repeat; the EMA and the consecutive-calls counts already demand that it goes on).
-CYCLE_MATCH_MIN = 0.5
-MAX_PERIOD = 4
-SATURATING_CYCLES = 1
-ERROR_SATURATING_REPEATS = 2  # error_cycling: the same error seen twice before saturates
+CYCLE_MATCH_MIN: Final = 0.5
+MAX_PERIOD: Final = 4
+SATURATING_CYCLES: Final = 1
+ERROR_SATURATING_REPEATS: Final = 2  # error_cycling: the same error seen twice before saturates
 
 # In content similarity, an output that repeats counts for this much even when the input is new; the rest
 # comes from the input (a repeated input with a new output is an agent making progress on the same data).
-OUTPUT_ONLY_WEIGHT = 0.4
-INPUT_ONLY_WEIGHT = 0.5  # no output on either side (e.g. both calls failed): the input alone, halved
+OUTPUT_ONLY_WEIGHT: Final = 0.4
+INPUT_ONLY_WEIGHT: Final = 0.5  # no output on either side (e.g. both calls failed): the input alone, halved
 # Structural fallback: an identical request fingerprint without content (same model, same input token
 # count, same parameters) is strong but not certain.
-STRUCTURAL_REQUEST_WEIGHT = 0.8
-SAME_FAILING_REQUEST = 0.8  # content similarity above which a failed call is "the same request"
+STRUCTURAL_REQUEST_WEIGHT: Final = 0.8
+SAME_FAILING_REQUEST: Final = 0.8  # content similarity above which a failed call is "the same request"
 # Context growth: the share of its redundancy that comes from repeated token increments (the rest is
 # the content repeating, which is required).
-INCREMENTS_WEIGHT = 0.5
+INCREMENTS_WEIGHT: Final = 0.5
 
 # Tool calls: when both calls ran the same tools with the same arguments, the words around them count for
 # this little (an agent rewording its commentary while repeating the action is still repeating it).
-TOOL_TEXT_FLOOR = 0.7
+TOOL_TEXT_FLOOR: Final = 0.7
 
 # What a call brought into the context besides the model's previous reply (its input growth minus the
 # previous call's output tokens: the tool results and messages added). Without content, "the same step
@@ -69,18 +69,18 @@ TOOL_TEXT_FLOOR = 0.7
 # re-prompt. Equal within INCREMENT_SAME_ABS tokens or INCREMENT_SAME_REL of the larger; 0 from twice that
 # apart, linear in between. (Pages of a listing differ by tens of tokens even when their records are
 # fixed-width; a re-fetched page does not differ at all.)
-INCREMENT_SAME_ABS = 3
-INCREMENT_SAME_REL = 0.003
+INCREMENT_SAME_ABS: Final = 3
+INCREMENT_SAME_REL: Final = 0.003
 
 # Polling with backoff: successful calls whose last BACKOFF_RATIOS idle gaps (from the end of the previous step,
 # its tools included, to the start of this call) each grew by >= BACKOFF_RATIO (common multipliers: 1.3 to 2).
-BACKOFF_RATIO = 1.3
-BACKOFF_RATIOS = 2
-BACKOFF_DISCOUNT = 0.25
+BACKOFF_RATIO: Final = 1.3
+BACKOFF_RATIOS: Final = 2
+BACKOFF_DISCOUNT: Final = 0.25
 
 # Velocity: rates are measured over at least one minute, so a single big call is not a "velocity".
-MIN_RATE_WINDOW_NS = 60 * 1_000_000_000
-NS_PER_MINUTE = 60 * 1_000_000_000
+MIN_RATE_WINDOW_NS: Final = 60 * 1_000_000_000
+NS_PER_MINUTE: Final = 60 * 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ a change there must be made here too (the equivalence tests fail otherwise).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from detector.config import LoopDetectionConfig
 from detector.models import Turn
@@ -58,13 +59,15 @@ from detector.signals import (
 
 # One pair of turns as the three repetition signals see it: (content, tool-call, response similarity).
 Pair = tuple[float, float, float]
-CONTENT, TOOL, RESPONSE = 0, 1, 2
+CONTENT: Final = 0
+TOOL: Final = 1
+RESPONSE: Final = 2
 # Any pair below CYCLE_MATCH_MIN in all three parts: it can neither start nor continue a repeating tail, and
 # error_cycling only asks whether a content similarity reaches SAME_FAILING_REQUEST.
 UNRELATED: Pair = (0.0, 0.0, 0.0)
 assert CYCLE_MATCH_MIN <= SAME_FAILING_REQUEST
 
-SIMHASH_SPAN = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
+SIMHASH_SPAN: Final = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
 
 # The seven signal values, in SIGNAL_NAMES order, and whether content fell back to structure.
 Values = tuple[float, float, float, float, float, float, float]
@@ -209,8 +212,8 @@ def repetition(n: int, pairs: Pairs, tools: bool) -> tuple[float, float, float]:
     newest = n - 1
     for period in range(1, min(MAX_PERIOD, n - 1) + 1):
         first = pairs.get(newest, newest - period)
-        if first is UNRELATED:
-            continue
+        if first[CONTENT] < CYCLE_MATCH_MIN and first[TOOL] < CYCLE_MATCH_MIN and first[RESPONSE] < CYCLE_MATCH_MIN:
+            continue  # no tail to walk at this period (the usual case: an UNRELATED pair)
         enough = period * SATURATING_CYCLES
         for part in (CONTENT, TOOL, RESPONSE):
             if not walking[part] or first[part] < CYCLE_MATCH_MIN:
