@@ -27,15 +27,9 @@ from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, LEVELS, Escalation, break_instruction, counts_of, thresholds_of
 from detector.events import event_row
 from detector.models import LLM_OPERATIONS, Call, Turn, ns_to_ch
-from detector.rule_params import PARAM_MODELS
-from detector.rules import (
-    FailureStreak,
-    VelocityState,
-    failure_loop_tripped,
-    find_repeat_cycle,
-    trace_cap_exceeded,
-)
-from detector.scoring import confidence_and_dominant_values, ema
+from detector.rule_params import PARAM_MODELS, TRACE_CAP_DEFAULTS
+from detector.rules import FailureStreak, VelocityState, cap_reached, failure_kind, find_repeat
+from detector.scoring import confidence_and_dominant_items, ema, weight_items
 from detector.signals import TurnView, turn_view
 from detector.window import SignalWindow, Values
 
@@ -254,11 +248,12 @@ class _Tuning:
     thresholds: tuple[float, ...]
     counts: tuple[int, ...]
     step_down_after: int
+    weights: tuple[tuple[str, float], ...]
 
     @classmethod
     def of(cls, cfg: LoopDetectionConfig) -> _Tuning:
         return cls(cfg.history_depth, cfg.token_velocity_threshold, cfg.cost_velocity_threshold, cfg.ema_alpha,
-                   thresholds_of(cfg), counts_of(cfg), cfg.step_down_after)
+                   thresholds_of(cfg), counts_of(cfg), cfg.step_down_after, weight_items(cfg.weights))
 
 
 def resolve_cost(call: Call, config: AppConfig) -> float:
@@ -276,6 +271,42 @@ def resolve_cost(call: Call, config: AppConfig) -> float:
     return (call.input_tokens * price.input_per_million + call.output_tokens * price.output_per_million) / 1e6
 
 
+@dataclass(slots=True)
+class PlannedRule:
+    """A configured rule as the per-call loop reads it, planned once per rule list: plain attributes, and its
+    detector's parameters as plain values. (A rule is evaluated on every call; reading an attribute of a
+    pydantic model costs more than most of the checks.)"""
+
+    name: str
+    detector: str
+    action: str
+    mode: str
+    enabled: bool
+    sticky: bool  # an enforced block stays tripped once tripped (velocity excepted: it clears itself)
+    params: Any  # the validated parameter model (the velocity breaker reads it)
+    window: int = 0  # exact_prompt_repeat
+    repeats: tuple[int, ...] = ()
+    unit: str = ""  # trace_cap
+    threshold: float = 0.0
+    same_tool_repeats: int = 0  # failure_loop
+    same_error_repeats: int = 0
+
+    @classmethod
+    def of(cls, rule: Rule, params: Any) -> PlannedRule:
+        planned = cls(rule.name, rule.detector, rule.action, rule.mode, rule.enabled,
+                      rule.action == "block" and rule.mode == "enforce" and rule.detector != "velocity", params)
+        if rule.detector == "exact_prompt_repeat":
+            planned.window = params.window
+            planned.repeats = tuple(params.repeats_for(n) for n in range(1, params.max_cycle_length + 1))
+        elif rule.detector == "trace_cap":
+            planned.unit = params.unit
+            planned.threshold = float(params.threshold if params.threshold is not None else TRACE_CAP_DEFAULTS[params.unit])
+        elif rule.detector == "failure_loop":
+            planned.same_tool_repeats = params.same_tool_repeats
+            planned.same_error_repeats = params.same_error_repeats
+        return planned
+
+
 class Engine:
     """Scope states in memory plus the per-call pipeline. Not thread-safe: one job drives it."""
 
@@ -289,7 +320,7 @@ class Engine:
         self._key_cfg: dict[str, LoopDetectionConfig] = {}
         self._key_tuning: dict[str, tuple[LoopDetectionConfig, _Tuning]] = {}
         self._params: dict[str, Any] = {}
-        self._plan: list[tuple[Rule, Any]] = []
+        self._plan: list[PlannedRule] = []
         self._plan_for: list[Rule] | None = None
         self.budgets = BudgetTracker(config.budgets)  # spend totals: kept across reconfigure (spent is spent)
 
@@ -374,15 +405,14 @@ class Engine:
             # What decision_for reads, as the decision key rounds it: unchanged, so is the decision (most
             # scopes of a cycle), and it need not be built to find out.
             trips = st.trips
-            confidence = st.ema or 0.0
-            source = (st.escalation.level, round(round(confidence, 6), 3) if confidence else 0.0, st.dominant,
-                      st.instruction,
+            confidence = round(st.ema, 6) if st.ema else 0.0  # as the decision carries it
+            source = (st.escalation.level, round(confidence, 3) if confidence else 0.0, st.dominant, st.instruction,
                       tuple([(t.action, t.mode, t.detector, t.rule, t.expires_ns) for t in trips.values()])
                       if trips else ())
             if source == st.published_from:
                 continue
             st.published_from = source
-            d = self.decision_for(st)
+            d = self.decision_for(st, confidence)
             # source[1] is round(d.confidence, 3): every decision of a scope carries round(ema, 6)
             key = (d.action, d.level, source[1], d.dominant_signal, d.detector, d.rule_name, d.instruction,
                    d.expires_at_us)
@@ -428,9 +458,9 @@ class Engine:
 
         trace.request_fps.append(call.request_fp)
         trace.failure.advance(view.tools, view.error_fps if view.is_error else _NO_ERRORS)
-        for rule, params in self._rule_plan():
+        for rule in self._rule_plan():
             if rule.enabled:
-                self._evaluate_rule(rule, params, trace, session, turn, out)
+                self._evaluate_rule(rule, trace, turn, out)
         out.events.extend(self.budgets.account(ts_ns=call.ts_ns, cost_usd=turn.cost_usd, session_id=session_id,
                                                virtual_key=call.virtual_key, feature=call.feature,
                                                trace_id=call.trace_id, span_id=call.span_id))
@@ -459,7 +489,7 @@ class Engine:
             if values == _NO_SIGNALS:  # no evidence at all (most calls): one shared, never mutated, dict
                 scored = (window, _NO_SIGNALS, 0.0, "none", _ZERO_NAMED)
             else:
-                raw, dominant = confidence_and_dominant_values(values, cfg.weights)
+                raw, dominant = confidence_and_dominant_items(values, tuning.weights)
                 scored = (window, values, raw, dominant, dict(zip(SIGNAL_NAMES, values, strict=True)))
         _, values, raw, dominant, named = scored
         st.ema = confidence = ema(st.ema, raw, tuning.alpha)
@@ -490,11 +520,11 @@ class Engine:
         ))
         return scored
 
-    def _rule_plan(self) -> list[tuple[Rule, Any]]:
-        """The configured rules with their parameter models, built once per rule list."""
+    def _rule_plan(self) -> list[PlannedRule]:
+        """The configured rules, planned once per rule list."""
         rules = self.config.rules
         if self._plan_for is not rules:
-            self._plan = [(rule, self._rule_params(rule)) for rule in rules]
+            self._plan = [PlannedRule.of(rule, self._rule_params(rule)) for rule in rules]
             self._plan_for = rules
         return self._plan
 
@@ -505,22 +535,23 @@ class Engine:
             params = self._params[rule.name] = PARAM_MODELS[rule.detector](**rule.params)
         return params
 
-    def _evaluate_rule(self, rule: Rule, params: Any, trace: ScopeState, session: ScopeState, turn: Turn,
-                       out: CycleOutput) -> None:
+    def _evaluate_rule(self, rule: PlannedRule, trace: ScopeState, turn: Turn, out: CycleOutput) -> None:
         target = trace
         detail = ""
         expires_ns = 0
         if rule.detector == "exact_prompt_repeat":
-            match = find_repeat_cycle(trace.request_fps, params)
+            match = find_repeat(trace.request_fps, rule.window, rule.repeats)
             tripped = match is not None
             if match:
                 detail = f"cycle of {match[0]} call(s) repeated {match[1]} times"
         elif rule.detector == "trace_cap":
-            tripped = trace_cap_exceeded(trace.calls, trace.cost_usd, trace.tokens, params)
+            tripped = cap_reached(trace.calls, trace.cost_usd, trace.tokens, rule.unit, rule.threshold)
             if tripped:
-                detail = f"{params.unit} cap {params.threshold:g} reached"
+                detail = f"{rule.unit} cap {rule.threshold:g} reached"
         elif rule.detector == "failure_loop":
-            kind = failure_loop_tripped(trace.failure.streaks(), params)
+            failure = trace.failure
+            kind = failure_kind(failure.tool_streak, failure.error_streak, rule.same_tool_repeats,
+                                rule.same_error_repeats)
             tripped = kind is not None
             detail = kind or ""
         elif rule.detector == "velocity":
@@ -535,7 +566,7 @@ class Engine:
             target.first_ns = target.first_ns or turn.ts_ns
             vstate = target.velocity.setdefault(rule.name, VelocityState())
             override = self.config.virtual_keys.get(turn.call.virtual_key)
-            tripped = vstate.update(turn.ts_ns, turn.tokens, params,
+            tripped = vstate.update(turn.ts_ns, turn.tokens, rule.params,
                                     override.tpm_limit if override else None)
             expires_ns = turn.ts_ns + 60 * 10**9
             if tripped:
@@ -546,7 +577,6 @@ class Engine:
         current = target.trips.get(rule.name)
         if not tripped and current is None:
             return  # the usual case: nothing tripped, nothing to clear (the target is already marked dirty)
-        sticky = rule.action == "block" and rule.mode == "enforce" and rule.detector != "velocity"
         if tripped and current is None:
             target.trips[rule.name] = RuleTrip(rule.name, rule.detector, rule.action, rule.mode, turn.ts_ns, detail,
                                                expires_ns)
@@ -556,7 +586,7 @@ class Engine:
             ))
         elif tripped and current is not None:
             current.expires_ns = expires_ns
-        elif not tripped and current is not None and not sticky:
+        elif not tripped and current is not None and not rule.sticky:
             del target.trips[rule.name]
             out.events.append(self._event(
                 target, turn, kind="rule_clear", detector=rule.detector, action="allow", mode=rule.mode,
@@ -577,13 +607,16 @@ class Engine:
         )
 
     # -- decisions -------------------------------------------------------------------------------
-    def decision_for(self, st: ScopeState) -> Decision:
-        """The scope's decision: its escalation level, strengthened by any enforced blocking rule tripped on it."""
+    def decision_for(self, st: ScopeState, confidence: float = -1.0) -> Decision:
+        """The scope's decision: its escalation level, strengthened by any enforced blocking rule tripped on it.
+        ``confidence``: ``round(st.confidence, 6)`` when the caller has it already."""
         cfg = self.cfg_for(st.virtual_key)
         action = LEVEL_ACTION[st.level]
+        if confidence < 0.0:
+            confidence = round(st.confidence, 6)
         base = Decision(
             scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action=action, level=st.level,
-            confidence=round(st.confidence, 6), dominant_signal=st.dominant,
+            confidence=confidence, dominant_signal=st.dominant,
             detector="confidence" if action != "allow" else "none",
             reason=REASON_LOOP if action == "block" else "",
             delay_seconds=float(cfg.throttle_delay_seconds) if action == "throttle" else 0.0,
@@ -599,7 +632,7 @@ class Engine:
                 continue
             candidates.append(Decision(
                 scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action="block", level=st.level,
-                confidence=round(st.confidence, 6), dominant_signal=st.dominant, detector=trip.detector,
+                confidence=confidence, dominant_signal=st.dominant, detector=trip.detector,
                 reason=trip.detector, rule_name=trip.rule,
                 expires_at_us=trip.expires_ns // 1000 if trip.expires_ns else 0,
             ))

@@ -22,6 +22,7 @@ from detector.rule_params import (
     TraceCapParams,
     VelocityParams,
 )
+from detector.signals import finite
 
 # ============================================================================ pure detection functions
 #
@@ -38,25 +39,34 @@ def _minimal_period(seq: Sequence[int]) -> int:
 
 
 def find_repeat_cycle(fps: Sequence[int], params: ExactRepeatParams) -> tuple[int, int] | None:
+    """:func:`find_repeat` with the rule's parameters."""
+    repeats = tuple(params.repeats_for(length) for length in range(1, params.max_cycle_length + 1))
+    return find_repeat(fps, params.window, repeats)
+
+
+def find_repeat(fps: Sequence[int], window: int, repeats: tuple[int, ...]) -> tuple[int, int] | None:
     """Exact prompt repeat: does the tail of ``fps`` (request fingerprints of a trace's model calls, oldest
     first) repeat a cycle?
 
-    Only the last ``params.window`` fingerprints are looked at. For each cycle length L in
-    1..``params.max_cycle_length`` (shortest first), the last L fingerprints are the cycle; it must be
-    primitive (``[a, a]`` is not a cycle of length 2, it is ``a`` twice) and contain no 0 (an unknown
-    fingerprint never matches). Counting back, the number of consecutive copies of the cycle at the tail
-    must reach ``params.repeats_for(L)``. Returns ``(L, copies)`` for the shortest such cycle, else None.
-    Defaults: [a,a,a] -> (1, 3); [a,b,a,b] -> (2, 2); [a,b,c,a,b,c] -> (3, 2); [a,b,a] and [a,a] -> None.
+    Only the last ``window`` fingerprints are looked at. For each cycle length L in 1..``len(repeats)``
+    (shortest first; ``repeats[L - 1]``: the copies that count as a loop, ``ExactRepeatParams.repeats_for``),
+    the last L fingerprints are the cycle; it must be primitive (``[a, a]`` is not a cycle of length 2, it is
+    ``a`` twice) and contain no 0 (an unknown fingerprint never matches). Counting back, the number of
+    consecutive copies of the cycle at the tail must reach ``repeats[L - 1]``. Returns ``(L, copies)`` for
+    the shortest such cycle, else None. Defaults: [a,a,a] -> (1, 3); [a,b,a,b] -> (2, 2); [a,b,c,a,b,c] ->
+    (3, 2); [a,b,a] and [a,a] -> None. (Plain values rather than the pydantic model: the engine asks on every
+    call, and reading a pydantic attribute costs more than the check.)
     """
-    n = min(len(fps), params.window)
+    max_cycle_length = len(repeats)
+    n = min(len(fps), window)
     # Any match has at least two copies of its cycle, so the newest fingerprint recurs L calls back for
     # some L: most calls are settled here, without copying the window (the engine asks on every call).
     last = fps[-1] if n else 0
-    if not last or all(fps[-1 - length] != last for length in range(1, min(params.max_cycle_length, n - 1) + 1)):
+    if not last or all(fps[-1 - length] != last for length in range(1, min(max_cycle_length, n - 1) + 1)):
         return None
-    tail = list(fps)[-params.window :]
-    for length in range(1, params.max_cycle_length + 1):
-        need = params.repeats_for(length)
+    tail = list(fps)[-window:]
+    for length in range(1, max_cycle_length + 1):
+        need = repeats[length - 1]
         if length * need > n:
             continue
         if length == 1:  # the same request again and again: count the run of the newest one
@@ -87,7 +97,11 @@ def trace_cap_exceeded(calls: int, usd: float, tokens: int, params: TraceCapPara
     $5.00 (or 200,000 tokens) went through; later calls are stopped.
     """
     threshold = params.threshold if params.threshold is not None else TRACE_CAP_DEFAULTS[params.unit]
-    unit = params.unit
+    return cap_reached(calls, usd, tokens, params.unit, threshold)
+
+
+def cap_reached(calls: int, usd: float, tokens: int, unit: str, threshold: float) -> bool:
+    """:func:`trace_cap_exceeded` with the parameters as plain values (the engine's per-call form)."""
     return (calls if unit == "calls" else usd if unit == "usd" else tokens) >= threshold
 
 
@@ -161,9 +175,14 @@ def failure_loop_tripped(streaks: tuple[int, int] | FailureStreak, params: Failu
     when the tool streak reached ``same_tool_repeats``, else None. The error wins when both trip: it is
     the more specific diagnosis (the repeated call keeps failing)."""
     tool_streak, error_streak = streaks.streaks() if isinstance(streaks, FailureStreak) else streaks
-    if error_streak >= params.same_error_repeats:
+    return failure_kind(tool_streak, error_streak, params.same_tool_repeats, params.same_error_repeats)
+
+
+def failure_kind(tool_streak: int, error_streak: int, same_tool_repeats: int, same_error_repeats: int) -> str | None:
+    """:func:`failure_loop_tripped` with the parameters as plain values (the engine's per-call form)."""
+    if error_streak >= same_error_repeats:
         return "same_tool_error"
-    if tool_streak >= params.same_tool_repeats:
+    if tool_streak >= same_tool_repeats:
         return "same_tool_call"
     return None
 
@@ -277,7 +296,7 @@ class VelocityState:
                 manual = tpm_limit if tpm_limit is not None else params.tpm_limit
                 self.tripped, self.trip_level, self.minute_tripped = True, level, True
                 self.trip_reason = "manual" if manual and level >= float(manual) else "baseline"
-        elif not math.isfinite(level) or self.window_tpm < VELOCITY_CLEAR_FRACTION * level:
+        elif not finite(level) or self.window_tpm < VELOCITY_CLEAR_FRACTION * level:
             self.tripped, self.trip_level, self.trip_reason = False, 0.0, ""
         else:
             self.trip_level = level
@@ -297,7 +316,7 @@ class VelocityState:
             "baseline_samples": self.baseline_samples,
             "window_tpm": self.window_tpm,
             "tripped": self.tripped,
-            "trip_level": self.trip_level if math.isfinite(self.trip_level) else 0.0,
+            "trip_level": self.trip_level if finite(self.trip_level) else 0.0,
             "trip_reason": self.trip_reason,
         }
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 
 from detector.config import SIGNAL_NAMES, Weights
-from detector.signals import Signals
+from detector.signals import Signals, finite
 
 
 def _clamp(value: float) -> float:
@@ -28,7 +28,7 @@ def _clamp(value: float) -> float:
 _WEIGHTS_CACHE: dict[int, tuple[Weights, tuple[tuple[str, float], ...]]] = {}
 
 
-def _weight_items(weights: Weights) -> tuple[tuple[str, float], ...]:
+def weight_items(weights: Weights) -> tuple[tuple[str, float], ...]:
     """(name, weight) pairs, computed once per Weights object (this runs twice per scored call)."""
     cached = _WEIGHTS_CACHE.get(id(weights))
     if cached is None or cached[0] is not weights:
@@ -41,7 +41,7 @@ def _weight_items(weights: Weights) -> tuple[tuple[str, float], ...]:
 
 def contributions(signals: Signals, weights: Weights) -> dict[str, float]:
     """weight x signal for each signal, in ``SIGNAL_NAMES`` order."""
-    return {name: w * _clamp(getattr(signals, name)) for name, w in _weight_items(weights)}
+    return {name: w * _clamp(getattr(signals, name)) for name, w in weight_items(weights)}
 
 
 def weighted_confidence(signals: Signals, weights: Weights) -> float:
@@ -55,9 +55,9 @@ def ema(previous: float | None, value: float, alpha: float) -> float:
     ``previous is None`` (a new scope) starts from 0, so the first result is ``alpha * value``: see the
     module docstring for why. ``alpha`` is clamped to [0, 1] and non-finite inputs count as 0.
     """
-    prev = 0.0 if previous is None or not math.isfinite(previous) else previous
-    a = min(1.0, max(0.0, alpha)) if math.isfinite(alpha) else 0.0
-    return prev + a * ((value if math.isfinite(value) else 0.0) - prev)
+    prev = 0.0 if previous is None or not finite(previous) else previous
+    a = min(1.0, max(0.0, alpha)) if finite(alpha) else 0.0
+    return prev + a * ((value if finite(value) else 0.0) - prev)
 
 
 def _dominant(contrib: dict[str, float]) -> str:
@@ -82,10 +82,17 @@ def confidence_and_dominant(signals: Signals, weights: Weights) -> tuple[float, 
 
 def confidence_and_dominant_values(values: Sequence[float], weights: Weights) -> tuple[float, str]:
     """:func:`confidence_and_dominant` of the seven signal values in ``SIGNAL_NAMES`` order."""
+    return confidence_and_dominant_items(values, weight_items(weights))
+
+
+def confidence_and_dominant_items(values: Sequence[float], items: tuple[tuple[str, float], ...]
+                                  ) -> tuple[float, str]:
+    """The same, with the weights as ``(name, weight)`` pairs in ``SIGNAL_NAMES`` order (the engine keeps
+    them per configuration)."""
     if not any(values):
         return 0.0, "none"  # no evidence at all (most calls): every contribution is 0
     best_name, best, total = "none", 0.0, []
-    for (name, weight), value in zip(_weight_items(weights), values, strict=True):
+    for (name, weight), value in zip(items, values, strict=True):
         contribution = weight * _clamp(value)
         total.append(contribution)
         if contribution > best:

@@ -207,7 +207,7 @@ def _make_view(turn: Turn) -> TurnView:
         input_tokens,
         output_tokens,
         input_tokens + output_tokens,
-        cost if cost > 0 and math.isfinite(cost) else 0.0,
+        cost if cost > 0 and finite(cost) else 0.0,
         is_error,
         frozenset([fp for fp in error_fps if fp]) if error_fps else _NO_INTS,
         call.ts_ns,
@@ -286,8 +286,14 @@ class _Window:
 # ------------------------------------------------------------------------------------ pair similarity
 
 
+def finite(value: float) -> bool:
+    """``math.isfinite``, written with ``isinf`` and ``isnan``, which mypyc compiles to C calls (``isfinite``
+    it does not: every call would look it up as a module attribute)."""
+    return not (math.isinf(value) or math.isnan(value))
+
+
 def clamp_unit(value: float) -> float:
-    if not math.isfinite(value):
+    if not finite(value):
         return 0.0
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
 
@@ -582,7 +588,7 @@ def _rate_per_minute(w: _Window, amounts: Sequence[float]) -> float:
 
 def velocity_score(rate: float, threshold: float) -> float:
     """0 at or below the threshold, then ``1 - threshold / rate``: 0.5 at twice it, 0.9 at ten times."""
-    if not math.isfinite(rate) or rate <= 0.0:
+    if not finite(rate) or rate <= 0.0:
         return 0.0
     if threshold <= 0.0:
         return 1.0
