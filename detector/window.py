@@ -192,13 +192,14 @@ class Pairs:
     def __init__(self, views: list[TurnView], deltas: list[int | None], added: list[int | None]) -> None:
         self.views, self.deltas, self.added = views, deltas, added
         self.n = len(views)
-        self.found: dict[int, Pair] = {}
+        self.found: list[Pair | None] = [None] * (self.n * self.n)  # by i * n + j (a window has a few calls)
 
     def get(self, i: int, j: int) -> Pair:
         key = i * self.n + j
-        pair = self.found.get(key)
+        pair = self.found[key]
         if pair is None:
-            pair = self.found[key] = compare(self.views, self.deltas, self.added, i, j)
+            pair = compare(self.views, self.deltas, self.added, i, j)
+            self.found[key] = pair
         return pair
 
 
