@@ -57,8 +57,9 @@ from detector.signals import (
     velocity_score,
 )
 
-# One pair of turns as the three repetition signals see it: (content, tool-call, response similarity).
-Pair = tuple[float, float, float]
+# One pair of turns as the three repetition signals see it: (content, tool-call, response similarity). Typed
+# as a tuple of any length: compiled, a fixed-length tuple of floats is unboxed, and boxed again at every store.
+Pair = tuple[float, ...]
 CONTENT: Final = 0
 TOOL: Final = 1
 RESPONSE: Final = 2
@@ -70,7 +71,7 @@ assert CYCLE_MATCH_MIN <= SAME_FAILING_REQUEST
 SIMHASH_SPAN: Final = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
 
 # The seven signal values, in SIGNAL_NAMES order, and whether content fell back to structure.
-Values = tuple[float, float, float, float, float, float, float]
+Values = tuple[float, ...]  # seven, typed as Pair is
 
 
 class SignalWindow:
@@ -181,7 +182,8 @@ def window_signals(history: Iterable[Turn], turn: Turn, cfg: LoopDetectionConfig
     """``compute_signals(history, turn, cfg)`` through a fresh window (for tests and one-off scoring)."""
     values, fallback = SignalWindow.of(history, cfg.history_depth).score(
         turn_view(turn), cfg.token_velocity_threshold, cfg.cost_velocity_threshold)
-    return Signals(*values, content_fallback=fallback)
+    content, tool, response, error, tokens, growth, cost = values
+    return Signals(content, tool, response, error, tokens, growth, cost, content_fallback=fallback)
 
 
 class Pairs:
