@@ -490,7 +490,8 @@ class Engine:
                 scored = (window, _NO_SIGNALS, 0.0, "none", _ZERO_NAMED)
             else:
                 raw, dominant = confidence_and_dominant_items(values, tuning.weights)
-                scored = (window, values, raw, dominant, dict(zip(SIGNAL_NAMES, values, strict=True)))
+                named = {SIGNAL_NAMES[i]: values[i] for i in range(len(values))}
+                scored = (window, values, raw, dominant, named)
         _, values, raw, dominant, named = scored
         st.ema = confidence = ema(st.ema, raw, tuning.alpha)
         if confidence > st.peak:

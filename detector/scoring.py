@@ -82,18 +82,21 @@ def confidence_and_dominant(signals: Signals, weights: Weights) -> tuple[float, 
 
 def confidence_and_dominant_values(values: Sequence[float], weights: Weights) -> tuple[float, str]:
     """:func:`confidence_and_dominant` of the seven signal values in ``SIGNAL_NAMES`` order."""
-    return confidence_and_dominant_items(values, weight_items(weights))
+    return confidence_and_dominant_items(tuple(values), weight_items(weights))
 
 
-def confidence_and_dominant_items(values: Sequence[float], items: tuple[tuple[str, float], ...]
+def confidence_and_dominant_items(values: tuple[float, ...], items: tuple[tuple[str, float], ...]
                                   ) -> tuple[float, str]:
     """The same, with the weights as ``(name, weight)`` pairs in ``SIGNAL_NAMES`` order (the engine keeps
     them per configuration)."""
     if not any(values):
         return 0.0, "none"  # no evidence at all (most calls): every contribution is 0
+    if len(values) != len(items):
+        raise ValueError(f"{len(values)} signal values for {len(items)} weights")
     best_name, best, total = "none", 0.0, []
-    for (name, weight), value in zip(items, values, strict=True):
-        contribution = weight * _clamp(value)
+    for i in range(len(values)):  # by index: compiled, a zip of tuples is a generic iteration
+        name, weight = items[i]
+        contribution = weight * _clamp(values[i])
         total.append(contribution)
         if contribution > best:
             best_name, best = name, contribution
