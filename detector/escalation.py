@@ -56,6 +56,12 @@ class Escalation:
     streaks: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     below: int = 0
 
+    # Written out, as ScopeState's is (detector.engine).
+    def __init__(self, level: int = 0, streaks: list[int] | None = None, below: int = 0) -> None:
+        self.level = level
+        self.streaks = [0, 0, 0, 0] if streaks is None else streaks
+        self.below = below
+
     @property
     def level_name(self) -> str:
         return LEVELS[self.level]

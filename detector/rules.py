@@ -122,6 +122,14 @@ class FailureStreak:
     error_fps: list[int] = field(default_factory=list)
     error_streak: int = 0
 
+    # Written out, as ScopeState's is (detector.engine).
+    def __init__(self, tool_fps: list[int] | None = None, tool_streak: int = 0, error_fps: list[int] | None = None,
+                 error_streak: int = 0) -> None:
+        self.tool_fps = [] if tool_fps is None else tool_fps
+        self.tool_streak = tool_streak
+        self.error_fps = [] if error_fps is None else error_fps
+        self.error_streak = error_streak
+
     def update(self, turn: Turn) -> tuple[int, int]:
         errors = frozenset(fp for fp in turn.error_fps if fp) if turn.is_error else frozenset()
         return self.advance(frozenset(fp for fp in turn.tool_fps if fp), errors)
