@@ -120,6 +120,7 @@ class BudgetTracker:
         self.pending_events: list[dict[str, Any]] = []  # announced by the API, written by the next cycle
         self.generation = 0
         self._pruned_for = ""
+        self._day, self._keys = -1, ("", "", "")  # the period keys of the last call's day
 
     # -- configuration -----------------------------------------------------------------------------------
     def set_budgets(self, budgets: Iterable[Budget]) -> None:
@@ -137,10 +138,14 @@ class BudgetTracker:
                 trace_id: str = "", span_id: str = "") -> list[dict[str, Any]]:
         """Add one call's cost to every total it belongs to; returns the events of budgets it exhausted."""
         ts_us = ts_ns // 1000
-        keys = _current_keys(ts_us)
+        day = ts_us // _US_PER_DAY
+        if day != self._day:  # every call of a cycle falls on one or two days
+            self._day, self._keys = day, _day_keys(day)
+        keys = self._keys
         events: list[dict[str, Any]] = []
         with self._lock:
-            for scope, scope_id in (("feature", feature), ("session", session_id), ("key", virtual_key)):
+            for scope in BUDGET_SCOPES:
+                scope_id = feature if scope == "feature" else session_id if scope == "session" else virtual_key
                 if not scope_id:
                     continue
                 totals = self.totals.get((scope, scope_id))

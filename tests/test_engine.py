@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detector.config import AppConfig, Rule, parse_config
-from detector.engine import Engine, ScopeState
+from detector.engine import Engine, ScopeState, round_unit
 from detector.models import Call
 
 T0 = 1_780_000_000 * 10**9
@@ -180,3 +180,21 @@ def test_reconfigure_clears_state():
     engine.process(looping(5))
     engine.reconfigure(AppConfig(rules=[Rule(name="x", detector="trace_cap")]))
     assert not engine.states
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1.0), st.sampled_from([3, 6]))
+def test_round_unit_is_round(x, digits):
+    """The decision check's rounding gives exactly what round() gives (it only avoids round's cost)."""
+    assert round_unit(x, digits) == round(x, digits)
+
+
+def test_round_unit_at_halves_and_edges():
+    for digits in (3, 6):
+        for k in range(0, 10**digits + 1, 7):
+            for x in (k / 10**digits, (k + 0.5) / 10**digits, (k + 0.4999999) / 10**digits,
+                      (k + 0.5000001) / 10**digits):
+                if x <= 1.0:
+                    assert round_unit(x, digits) == round(x, digits), (x, digits)
+    for x in (0.0, 1.0, 0.0005, 0.0015, 0.0025, 0.1235, 0.9995, 5e-324, 1 - 2**-53):
+        assert round_unit(x, 3) == round(x, 3) and round_unit(x, 6) == round(x, 6)
