@@ -303,12 +303,13 @@ def round_unit(x: float, digits: int) -> float:
     lies within rounding error of a half (then ``round`` itself decides), and ``r / 10**digits`` is the double
     nearest to that decimal, as ``round`` returns (IEEE division of exact operands is correctly rounded).
     """
-    scale = 10.0 ** digits
+    scale = 1e6 if digits == 6 else 1e3 if digits == 3 else 10.0 ** digits
     y = x * scale
-    floor_y = math.floor(y)
-    if not 0.0 <= x <= 1.0 or abs(y - floor_y - 0.5) < 1e-6:
+    floor_y = float(math.floor(y))
+    off_half = y - floor_y - 0.5
+    if not 0.0 <= x <= 1.0 or -1e-6 < off_half < 1e-6:
         return round(x, digits)
-    return (floor_y + 1.0 if y - floor_y > 0.5 else float(floor_y)) / scale
+    return (floor_y + 1.0 if off_half > 0.0 else floor_y) / scale
 
 
 def resolve_cost(call: Call, config: AppConfig) -> float:

@@ -62,7 +62,12 @@ def find_repeat(fps: Sequence[int], window: int, repeats: tuple[int, ...]) -> tu
     # Any match has at least two copies of its cycle, so the newest fingerprint recurs L calls back for
     # some L: most calls are settled here, without copying the window (the engine asks on every call).
     last = fps[-1] if n else 0
-    if not last or all(fps[-1 - length] != last for length in range(1, min(max_cycle_length, n - 1) + 1)):
+    if not last:
+        return None
+    for length in range(1, min(max_cycle_length, n - 1) + 1):
+        if fps[-1 - length] == last:
+            break
+    else:
         return None
     tail = list(fps)[-window:]
     for length in range(1, max_cycle_length + 1):

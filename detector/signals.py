@@ -216,7 +216,7 @@ def _make_view(turn: Turn) -> TurnView:
         ready_ns,
         frozenset([n for n in tool_names if n]) if tool_names else _NO_NAMES,
         (tuple(call.finish_reasons), bool(call.output_simhash) if has_content else None,
-         tuple(sorted(call.out_tool_names)) if call.out_tool_names else (), call.is_error),
+         call.out_tool_names if len(call.out_tool_names) < 2 else tuple(sorted(call.out_tool_names)), call.is_error),
         not out_tool_fps,
     )
 
