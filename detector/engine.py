@@ -28,7 +28,7 @@ from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, LEVELS, Escalation, break_instruction, counts_of, thresholds_of
 from detector.events import event_row
 from detector.models import LLM_OPERATIONS, Call, Turn, ns_to_ch
-from detector.rule_params import PARAM_MODELS, TRACE_CAP_DEFAULTS
+from detector.rule_params import PARAM_MODELS
 from detector.rules import FailureStreak, VelocityState, cap_reached, failure_kind, find_repeat
 from detector.scoring import confidence_and_dominant_items, ema, weight_items
 from detector.signals import TurnView, turn_view
@@ -353,10 +353,10 @@ class PlannedRule:
                       rule.action == "block" and rule.mode == "enforce" and rule.detector != "velocity", params)
         if rule.detector == "exact_prompt_repeat":
             planned.window = params.window
-            planned.repeats = tuple(params.repeats_for(n) for n in range(1, params.max_cycle_length + 1))
+            planned.repeats = params.repeat_counts()
         elif rule.detector == "trace_cap":
             planned.unit = params.unit
-            planned.threshold = float(params.threshold if params.threshold is not None else TRACE_CAP_DEFAULTS[params.unit])
+            planned.threshold = params.limit()
         elif rule.detector == "failure_loop":
             planned.same_tool_repeats = params.same_tool_repeats
             planned.same_error_repeats = params.same_error_repeats

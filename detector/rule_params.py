@@ -38,6 +38,10 @@ class ExactRepeatParams(_Params):
     def repeats_for(self, length: int) -> int:
         return self.repeats.get(length, 3 if length == 1 else 2)
 
+    def repeat_counts(self) -> tuple[int, ...]:
+        """``repeats_for(L)`` for L in 1..``max_cycle_length``: the form :func:`detector.rules.find_repeat` takes."""
+        return tuple(self.repeats_for(length) for length in range(1, self.max_cycle_length + 1))
+
 
 class TraceCapParams(_Params):
     unit: Literal["calls", "usd", "tokens"] = "calls"
@@ -48,6 +52,10 @@ class TraceCapParams(_Params):
         if self.threshold is None:
             self.threshold = float(TRACE_CAP_DEFAULTS[self.unit])
         return self
+
+    def limit(self) -> float:
+        """The threshold in ``unit``: the configured one, else the unit's default."""
+        return float(self.threshold if self.threshold is not None else TRACE_CAP_DEFAULTS[self.unit])
 
 
 class FailureLoopParams(_Params):

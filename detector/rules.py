@@ -16,7 +16,6 @@ from typing import Any, Final
 
 from detector.models import Turn
 from detector.rule_params import (
-    TRACE_CAP_DEFAULTS,
     ExactRepeatParams,
     FailureLoopParams,
     TraceCapParams,
@@ -40,8 +39,7 @@ def _minimal_period(seq: Sequence[int]) -> int:
 
 def find_repeat_cycle(fps: Sequence[int], params: ExactRepeatParams) -> tuple[int, int] | None:
     """:func:`find_repeat` with the rule's parameters."""
-    repeats = tuple(params.repeats_for(length) for length in range(1, params.max_cycle_length + 1))
-    return find_repeat(fps, params.window, repeats)
+    return find_repeat(fps, params.window, params.repeat_counts())
 
 
 def find_repeat(fps: Sequence[int], window: int, repeats: tuple[int, ...]) -> tuple[int, int] | None:
@@ -101,8 +99,7 @@ def trace_cap_exceeded(calls: int, usd: float, tokens: int, params: TraceCapPara
     blocking rule stops the 26th. The same holds for USD and tokens: the call that reaches or passes
     $5.00 (or 200,000 tokens) went through; later calls are stopped.
     """
-    threshold = params.threshold if params.threshold is not None else TRACE_CAP_DEFAULTS[params.unit]
-    return cap_reached(calls, usd, tokens, params.unit, threshold)
+    return cap_reached(calls, usd, tokens, params.unit, params.limit())
 
 
 def cap_reached(calls: int, usd: float, tokens: int, unit: str, threshold: float) -> bool:
