@@ -139,23 +139,8 @@ class FailureStreak:
     def advance(self, tools: frozenset[int], errors: frozenset[int]) -> tuple[int, int]:
         """:meth:`update` from the turn's (non-zero) tool-call fingerprints and, when it failed, its error
         fingerprints (the engine has both at hand)."""
-        if tools:
-            common = tools.intersection(self.tool_fps)
-            if common:
-                self.tool_fps, self.tool_streak = sorted(common), self.tool_streak + 1
-            else:
-                self.tool_fps, self.tool_streak = sorted(tools), 1
-        elif self.tool_fps or self.tool_streak:
-            self.tool_fps, self.tool_streak = [], 0
-
-        if errors:
-            common = errors.intersection(self.error_fps)
-            if common:
-                self.error_fps, self.error_streak = sorted(common), self.error_streak + 1
-            else:
-                self.error_fps, self.error_streak = sorted(errors), 1
-        elif self.error_fps or self.error_streak:
-            self.error_fps, self.error_streak = [], 0
+        self.tool_fps, self.tool_streak = _next_streak(tools, self.tool_fps, self.tool_streak)
+        self.error_fps, self.error_streak = _next_streak(errors, self.error_fps, self.error_streak)
         return self.tool_streak, self.error_streak
 
     def streaks(self) -> tuple[int, int]:
@@ -178,6 +163,15 @@ class FailureStreak:
             error_fps=[int(x) for x in data.get("error_fps", [])],
             error_streak=int(data.get("error_streak", 0)),
         )
+
+
+def _next_streak(fps: frozenset[int], shared: list[int], streak: int) -> tuple[list[int], int]:
+    """One streak after a turn with fingerprints ``fps``: continued while they share one with the streak's
+    (``shared``), restarted at 1 by new ones, back to 0 without any."""
+    if not fps:
+        return ([], 0) if shared or streak else (shared, streak)
+    common = fps.intersection(shared)
+    return (sorted(common), streak + 1) if common else (sorted(fps), 1)
 
 
 def failure_loop_tripped(streaks: tuple[int, int] | FailureStreak, params: FailureLoopParams) -> str | None:
