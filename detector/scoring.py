@@ -12,7 +12,6 @@ delay to warn that this smoothing and the consecutive counts impose.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from detector.config import SIGNAL_NAMES, Weights
 from detector.signals import Signals, finite
@@ -77,18 +76,14 @@ def dominant_signal(signals: Signals, weights: Weights) -> str:
 def confidence_and_dominant(signals: Signals, weights: Weights) -> tuple[float, str]:
     """``weighted_confidence`` and ``dominant_signal`` from one pass over the contributions (the engine
     needs both for every scored call)."""
-    return confidence_and_dominant_values([getattr(signals, name) for name in SIGNAL_NAMES], weights)
-
-
-def confidence_and_dominant_values(values: Sequence[float], weights: Weights) -> tuple[float, str]:
-    """:func:`confidence_and_dominant` of the seven signal values in ``SIGNAL_NAMES`` order."""
-    return confidence_and_dominant_items(tuple(values), weight_items(weights))
+    return confidence_and_dominant_items(tuple([getattr(signals, name) for name in SIGNAL_NAMES]),
+                                         weight_items(weights))
 
 
 def confidence_and_dominant_items(values: tuple[float, ...], items: tuple[tuple[str, float], ...]
                                   ) -> tuple[float, str]:
-    """The same, with the weights as ``(name, weight)`` pairs in ``SIGNAL_NAMES`` order (the engine keeps
-    them per configuration)."""
+    """:func:`confidence_and_dominant` of the seven signal values in ``SIGNAL_NAMES`` order, with the weights as
+    ``(name, weight)`` pairs in that order (the engine keeps them per configuration)."""
     if not any(values):
         return 0.0, "none"  # no evidence at all (most calls): every contribution is 0
     if len(values) != len(items):
