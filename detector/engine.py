@@ -27,7 +27,7 @@ from detector.config import SIGNAL_NAMES, AppConfig, LoopDetectionConfig, Rule
 from detector.decisions import REASON_LOOP, Decision, strongest
 from detector.escalation import LEVEL_ACTION, LEVELS, Escalation, break_instruction, counts_of, thresholds_of
 from detector.events import event_row
-from detector.models import LLM_OPERATIONS, Call, Turn, ns_to_ch
+from detector.models import Call, Turn, ns_to_ch
 from detector.rule_params import PARAM_MODELS
 from detector.rules import FailureStreak, VelocityState, cap_reached, failure_kind, find_repeat
 from detector.scoring import confidence_and_dominant_items, ema, weight_items
@@ -429,12 +429,12 @@ class Engine:
         wanted: set[tuple[str, str]] = set()
         states = self.states
         for c in calls:
-            if c.operation == "execute_tool" and not self._follows(c):
+            if c.is_tool and not self._follows(c):
                 continue
             key = ("trace", c.trace_id)
             if key not in states:
                 wanted.add(key)
-            if c.operation in LLM_OPERATIONS:
+            if c.is_llm:
                 key = ("session", c.session_id)
                 if key not in states:
                     wanted.add(key)
@@ -479,17 +479,16 @@ class Engine:
         return changed
 
     def process_call(self, call: Call, out: CycleOutput, now_us: int) -> None:
-        operation = call.operation
         if call.session_source != "trace" and call.session_id:
             self.trace_sessions.setdefault(call.trace_id, call.session_id)
-        if operation == "execute_tool" and not self._follows(call):
+        if call.is_tool and not self._follows(call):
             return
         trace = self.state("trace", call.trace_id, out)
         trace.last_seen_us = now_us
-        if operation == "execute_tool":
+        if call.is_tool:
             trace.pending_tools.append(call)
             return
-        if operation not in LLM_OPERATIONS:
+        if not call.is_llm:
             return
 
         session_id = call.session_id
