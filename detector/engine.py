@@ -237,27 +237,94 @@ class ScopeState:
         }
 
 
-# A row of otel.loop_scores as the engine emits it: a tuple, ``ts`` in unix nanoseconds and the seven signal
-# values nested in SIGNAL_NAMES order (20,000 rows a cycle: a dict per row was a measurable share of it).
+# A row of otel.loop_scores: ``ts`` in unix nanoseconds and the seven signal values nested in SIGNAL_NAMES order.
 SCORE_FIELDS = ("ts_ns", "scope", "scope_id", "session_id", "trace_id", "span_id", "virtual_key", "feature",
                 "signals", "raw_confidence", "confidence", "level", "dominant_signal", "tokens", "cost_usd")
 ScoreRow = tuple[int, str, str, str, str, str, str, str, Values, float, float, str, str, int, float]
+
+
+class ScoreColumns:
+    """A cycle's score rows kept column by column, as ``otel.loop_scores`` stores them.
+
+    20,000 rows a cycle: the engine appends each row's values to one list per column, and
+    :func:`detector.tables.score_table` hands the lists to Arrow as they are. Rows as tuples had to be built,
+    transposed back into columns and freed: ~8 ms of a cycle (the seven signal values stay one tuple per row:
+    appending each to a list of its own would unbox and box them again)."""
+
+    __slots__ = ("ts_ns", "scope", "scope_id", "session_id", "trace_id", "span_id", "virtual_key", "feature",
+                 "signals", "raw_confidence", "confidence", "level", "dominant_signal", "tokens", "cost_usd")
+
+    def __init__(self) -> None:
+        self.ts_ns: list[int] = []
+        self.scope: list[str] = []
+        self.scope_id: list[str] = []
+        self.session_id: list[str] = []
+        self.trace_id: list[str] = []
+        self.span_id: list[str] = []
+        self.virtual_key: list[str] = []
+        self.feature: list[str] = []
+        self.signals: list[Values] = []  # each row's seven values (score_table transposes them, in C)
+        self.raw_confidence: list[float] = []
+        self.confidence: list[float] = []
+        self.level: list[str] = []
+        self.dominant_signal: list[str] = []
+        self.tokens: list[int] = []
+        self.cost_usd: list[float] = []
+
+    def append(self, ts_ns: int, scope: str, scope_id: str, session_id: str, trace_id: str, span_id: str,
+               virtual_key: str, feature: str, values: Values, raw: float, confidence: float, level: str,
+               dominant: str, tokens: int, cost_usd: float) -> None:
+        self.ts_ns.append(ts_ns)
+        self.scope.append(scope)
+        self.scope_id.append(scope_id)
+        self.session_id.append(session_id)
+        self.trace_id.append(trace_id)
+        self.span_id.append(span_id)
+        self.virtual_key.append(virtual_key)
+        self.feature.append(feature)
+        self.signals.append(values)
+        self.raw_confidence.append(raw)
+        self.confidence.append(confidence)
+        self.level.append(level)
+        self.dominant_signal.append(dominant)
+        self.tokens.append(tokens)
+        self.cost_usd.append(cost_usd)
+
+    def __len__(self) -> int:
+        return len(self.ts_ns)
+
+    def row(self, i: int) -> ScoreRow:
+        return (self.ts_ns[i], self.scope[i], self.scope_id[i], self.session_id[i], self.trace_id[i],
+                self.span_id[i], self.virtual_key[i], self.feature[i], self.signals[i],
+                self.raw_confidence[i], self.confidence[i], self.level[i], self.dominant_signal[i], self.tokens[i],
+                self.cost_usd[i])
+
+    def rows(self) -> list[ScoreRow]:
+        """The rows as tuples (tests, and consumers that want one row at a time)."""
+        return [self.row(i) for i in range(len(self))]
+
+    @classmethod
+    def of(cls, rows: Iterable[ScoreRow]) -> ScoreColumns:
+        columns = cls()
+        for r in rows:
+            columns.append(*r)
+        return columns
 
 
 @dataclass(slots=True)
 class CycleOutput:
     """What one batch of calls produced, for the job to write."""
 
-    score_rows: list[ScoreRow] = field(default_factory=list)
+    scores: ScoreColumns = field(default_factory=ScoreColumns)
     events: list[dict[str, Any]] = field(default_factory=list)
     dirty: dict[tuple[str, str], ScopeState] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     calls_scored: int = 0
 
     @property
-    def scores(self) -> list[dict[str, Any]]:
+    def score_dicts(self) -> list[dict[str, Any]]:
         """The score rows as ``otel.loop_scores`` column dicts (``ts`` as a DateTime64 literal)."""
-        return [score_dict(row) for row in self.score_rows]
+        return [score_dict(row) for row in self.scores.rows()]
 
 
 def score_dict(row: ScoreRow) -> dict[str, Any]:
@@ -564,9 +631,9 @@ class Engine:
         st.first_ns = st.first_ns or call.ts_ns
         if call.ts_ns > st.last_ns:
             st.last_ns = call.ts_ns
-        out.score_rows.append((call.ts_ns, st.scope, st.scope_id, st.session_id, call.trace_id, call.span_id,
-                               call.virtual_key, call.feature, values, raw, confidence, LEVELS[escalation.level],
-                               dominant, tokens, turn.cost_usd))
+        out.scores.append(call.ts_ns, st.scope, st.scope_id, st.session_id, call.trace_id, call.span_id,
+                          call.virtual_key, call.feature, values, raw, confidence, LEVELS[escalation.level], dominant,
+                          tokens, turn.cost_usd)
         if transition is None:
             return scored
         if transition.to_level == "inject" and transition.up:

@@ -69,7 +69,8 @@ class Metrics:
         self.cycle_seconds.observe(stats.seconds)
         self.calls_scored.inc(out.calls_scored)
         histograms = {}  # the labelled child of each key, looked up once per cycle rather than per row
-        for _, scope, _, _, _, _, virtual_key, _, _, _, confidence, *_ in out.score_rows:
+        scores = out.scores
+        for scope, virtual_key, confidence in zip(scores.scope, scores.virtual_key, scores.confidence, strict=True):
             if scope == "session":
                 histogram = histograms.get(virtual_key)
                 if histogram is None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -130,17 +130,31 @@ class Call:
     @classmethod
     def from_columns(cls, columns: Mapping[str, list[Any]]) -> list[Call]:
         """Build from a query's columns (``store.arrow(...).to_pydict()``): about 3x cheaper per call than
-        parsing JSON rows and :meth:`from_row`, which matters when a cycle reads thousands of calls."""
-        lists: list[Iterable[Any]] = []
-        for name in _CALL_FIELDS:
-            values = columns[name]
-            if name in _BOOL_FIELDS:
-                lists.append(map(bool, values))
-            elif name in _TUPLE_FIELDS:
-                lists.append(map(tuple, values))
-            else:
-                lists.append(values)
-        return [cls(*values) for values in zip(*lists, strict=True)]
+        parsing JSON rows and :meth:`from_row`, which matters when a cycle reads thousands of calls. Every
+        argument is spelled out: compiled (``detector.native``), that is a direct call of ``__init__``, ~2.5x
+        cheaper than unpacking each row into it."""
+        c = columns
+        ts_ns, trace_id, span_id, session_id = c["ts_ns"], c["trace_id"], c["span_id"], c["session_id"]
+        operation, call_kind, end_ns, inserted_us = c["operation"], c["call_kind"], c["end_ns"], c["inserted_us"]
+        parent_span_id, session_source, virtual_key = c["parent_span_id"], c["session_source"], c["virtual_key"]
+        feature, service_name, provider, model = c["feature"], c["service_name"], c["provider"], c["model"]
+        agent_name, tool_name, tool_call_id = c["agent_name"], c["tool_name"], c["tool_call_id"]
+        input_tokens, output_tokens, cost_usd = c["input_tokens"], c["output_tokens"], c["cost_usd"]
+        is_error, error_type, finish_reasons, has_content = c["is_error"], c["error_type"], c["finish_reasons"], \
+            c["has_content"]
+        request_fp, turn_fp, input_simhash = c["request_fp"], c["turn_fp"], c["input_simhash"]
+        output_simhash, tool_fp, tool_shape_fp = c["output_simhash"], c["tool_fp"], c["tool_shape_fp"]
+        out_tool_names, out_tool_fps, response_fp, error_fp = c["out_tool_names"], c["out_tool_fps"], \
+            c["response_fp"], c["error_fp"]
+        return [
+            Call(ts_ns[i], trace_id[i], span_id[i], session_id[i], operation[i], call_kind[i], end_ns[i],
+                 inserted_us[i], parent_span_id[i], session_source[i], virtual_key[i], feature[i], service_name[i],
+                 provider[i], model[i], agent_name[i], tool_name[i], tool_call_id[i], input_tokens[i],
+                 output_tokens[i], cost_usd[i], bool(is_error[i]), error_type[i], tuple(finish_reasons[i]),
+                 bool(has_content[i]), request_fp[i], turn_fp[i], input_simhash[i], output_simhash[i], tool_fp[i],
+                 tool_shape_fp[i], tuple(out_tool_names[i]), tuple(out_tool_fps[i]), response_fp[i], error_fp[i])
+            for i in range(len(ts_ns))
+        ]
 
     @property
     def is_llm(self) -> bool:
@@ -155,7 +169,6 @@ class Call:
         return self.input_tokens + self.output_tokens
 
 
-_CALL_FIELDS = tuple(f.name for f in fields(Call))
 _BOOL_FIELDS = frozenset({"is_error", "has_content"})
 _TUPLE_FIELDS = frozenset({"finish_reasons", "out_tool_names", "out_tool_fps"})
 

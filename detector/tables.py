@@ -17,25 +17,25 @@ from detector.decisions import Decision
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from detector.engine import ScoreRow
+    from detector.engine import ScoreColumns
 
 
-def score_table(rows: Sequence[ScoreRow]) -> pa.Table:
-    """The engine's score rows (:data:`detector.engine.SCORE_FIELDS`) as ``otel.loop_scores`` columns."""
+def score_table(scores: ScoreColumns) -> pa.Table:
+    """The engine's score rows, already column by column, as ``otel.loop_scores`` columns."""
     import pyarrow as pa
 
-    (ts, scope, scope_id, session_id, trace_id, span_id, virtual_key, feature, signals, raw, confidence, level,
-     dominant, tokens, cost) = zip(*rows, strict=True)
     text, real = pa.string(), pa.float64()
-    columns = {"ts": pa.array(ts, pa.timestamp("ns", tz="UTC")), "scope": pa.array(scope, text),
-               "scope_id": pa.array(scope_id, text), "session_id": pa.array(session_id, text),
-               "trace_id": pa.array(trace_id, text), "span_id": pa.array(span_id, text),
-               "virtual_key": pa.array(virtual_key, text), "feature": pa.array(feature, text)}
-    for name, values in zip(SIGNAL_NAMES, zip(*signals, strict=True), strict=True):
+    columns = {"ts": pa.array(scores.ts_ns, pa.int64()).view(pa.timestamp("ns", tz="UTC")),
+               "scope": pa.array(scores.scope, text), "scope_id": pa.array(scores.scope_id, text),
+               "session_id": pa.array(scores.session_id, text), "trace_id": pa.array(scores.trace_id, text),
+               "span_id": pa.array(scores.span_id, text), "virtual_key": pa.array(scores.virtual_key, text),
+               "feature": pa.array(scores.feature, text)}
+    for name, values in zip(SIGNAL_NAMES, zip(*scores.signals, strict=True), strict=True):
         columns[name] = pa.array(values, real)
-    columns.update({"raw_confidence": pa.array(raw, real), "confidence": pa.array(confidence, real),
-                    "level": pa.array(level, text), "dominant_signal": pa.array(dominant, text),
-                    "tokens": pa.array(tokens, pa.uint64()), "cost_usd": pa.array(cost, real)})
+    columns.update({"raw_confidence": pa.array(scores.raw_confidence, real),
+                    "confidence": pa.array(scores.confidence, real), "level": pa.array(scores.level, text),
+                    "dominant_signal": pa.array(scores.dominant_signal, text),
+                    "tokens": pa.array(scores.tokens, pa.uint64()), "cost_usd": pa.array(scores.cost_usd, real)})
     return pa.table(columns)
 
 

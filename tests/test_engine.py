@@ -138,7 +138,7 @@ def run_in_chunks(calls: list[Call], cuts: list[int], restart: bool) -> tuple[li
             engine.adopt(ScopeState.from_row(r, config.loop_detection.history_depth) for r in rows)
             engine.trace_sessions.update(sessions)
         out = engine.process(calls[a:b], now_us=0)
-        scores.extend((s["scope"], s["span_id"], round(s["confidence"], 9), s["level"]) for s in out.scores)
+        scores.extend((s["scope"], s["span_id"], round(s["confidence"], 9), s["level"]) for s in out.score_dicts)
         decisions.update({(d.scope, d.scope_id): (d.action, d.level, d.detector) for d in out.decisions})
     return scores, decisions
 

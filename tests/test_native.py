@@ -100,7 +100,7 @@ def engine_digest(seed: int) -> str:
     out = []
     for start in range(0, len(calls), 97):
         result = engine.process(calls[start:start + 97], now_us=T0 // 1000)
-        out.append({"scores": result.scores, "events": result.events,
+        out.append({"scores": result.score_dicts, "events": result.events,
                     "decisions": [d.to_row(1) for d in result.decisions], "scored": result.calls_scored})
     states = {f"{k[0]}:{k[1]}": st.to_row(1) for k, st in sorted(engine.states.items())}
     return json.dumps({"cycles": out, "states": states}, sort_keys=True, default=repr)

@@ -38,6 +38,33 @@ def test_inserted_rows_are_read_back_and_errors_are_clear(store):
         store.rows("SELECT * FROM otel.no_such_table")
 
 
+def test_from_columns_passes_every_field_to_its_own_parameter():
+    """Call.from_columns spells out all of Call's fields (a direct call when compiled): each gets a value of its
+    own here, so a field missed or passed in another's place fails."""
+    from dataclasses import fields
+
+    from detector.models import Call
+
+    values: dict = {}
+    for n, f in enumerate(fields(Call)):
+        kind = f.type if isinstance(f.type, str) else f.type.__name__  # a class once compiled
+        if kind == "bool":
+            values[f.name] = True
+        elif kind == "float":
+            values[f.name] = n + 0.5
+        elif kind == "int":
+            values[f.name] = 2**63 + n
+        elif kind.startswith("tuple"):
+            values[f.name] = (n, n + 1) if "fps" in f.name else (f.name, "x")
+        else:
+            assert kind == "str", f.type
+            values[f.name] = f"{f.name}-value"
+    expected = Call(**values)
+    columns = {name: [list(v) if isinstance(v, tuple) else int(v) if isinstance(v, bool) else v]
+               for name, v in values.items()}
+    assert Call.from_columns(columns) == [expected]
+
+
 def test_arrow_reads_build_the_same_calls_as_json_rows(store):
     """The detector reads new calls as Arrow columns (Call.from_columns); they must equal the calls built from
     the JSON rows (Call.from_row), 64-bit fingerprints, arrays, flags and awkward strings included."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from detector.decisions import Decision
-from detector.engine import ScoreRow, score_dict
+from detector.engine import ScoreColumns, ScoreRow, score_dict
 from detector.events import event_row
 from detector.store import ChdbStore, apply_schema, insert_rows
 from detector.tables import decision_table, event_table, score_table
@@ -43,7 +43,7 @@ def test_scores_as_arrow_store_what_json_rows_stored(store):
     rows = score_rows()
     insert_rows(store, "otel.loop_scores", [score_dict(r) for r in rows])
     from_json = read_back(store, "otel.loop_scores", "ts, scope_id")
-    store.insert_arrow("otel.loop_scores", score_table(rows))
+    store.insert_arrow("otel.loop_scores", score_table(ScoreColumns.of(rows)))
     assert read_back(store, "otel.loop_scores", "ts, scope_id") == from_json
     assert len(from_json) == len(rows)
 
