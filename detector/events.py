@@ -6,21 +6,22 @@ Escalation transitions, rule trips, budget exhaustion and manual actions all lan
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from detector.config import SIGNAL_NAMES
 from detector.models import ns_to_ch
 
+_NO_SIGNALS: dict[str, float] = {}
+
 
 def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, detector: str,
               session_id: str = "", trace_id: str = "", span_id: str = "", virtual_key: str = "", feature: str = "",
               rule_name: str = "", mode: str = "enforce", from_level: str = "none", to_level: str = "none",
-              confidence: float = 0.0, signals: Mapping[str, float] | None = None, dominant_signal: str = "none",
+              confidence: float = 0.0, signals: dict[str, float] | None = None, dominant_signal: str = "none",
               consecutive: int = 0, message: str = "") -> dict[str, Any]:
     """One event row; ids of the scope's own kind default to the scope id (a session event names its
     session, a key event its key, a feature event its feature)."""
-    signals = signals or {}
+    named = _NO_SIGNALS if signals is None else signals
     return {
         "ts": ns_to_ch(ts_ns),
         "kind": kind,
@@ -38,7 +39,7 @@ def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, 
         "from_level": from_level,
         "to_level": to_level,
         "confidence": confidence,
-        "signals": {name: float(signals.get(name, 0.0)) for name in SIGNAL_NAMES},
+        "signals": {name: float(named.get(name, 0.0)) for name in SIGNAL_NAMES},
         "dominant_signal": dominant_signal,
         "consecutive": consecutive,
         "message": message,

@@ -91,3 +91,13 @@ def test_arrow_reads_build_the_same_calls_as_json_rows(store):
     call = next(c for c in from_arrow if c.span_id == "s1")
     assert (call.is_error, call.has_content, call.finish_reasons, call.request_fp) == (
         False, True, (AWKWARD[1], "stop"), 2**64 - 2)
+
+
+def test_ns_to_ch_pads_the_nanoseconds_to_nine_digits():
+    from detector.models import ns_to_ch
+
+    base = 1_700_000_000 * 10**9  # 2023-11-14 22:13:20 UTC
+    assert ns_to_ch(base) == "2023-11-14 22:13:20.000000000"
+    assert ns_to_ch(base + 123) == "2023-11-14 22:13:20.000000123"
+    assert ns_to_ch(base + 999_999_999) == "2023-11-14 22:13:20.999999999"
+    assert ns_to_ch(base + 10**9 + 5 * 10**8) == "2023-11-14 22:13:21.500000000"
