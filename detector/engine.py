@@ -394,6 +394,20 @@ def resolve_cost(call: Call, config: AppConfig) -> float:
     return (call.input_tokens * price.input_per_million + call.output_tokens * price.output_per_million) / 1e6
 
 
+def span_order(call: Call) -> tuple[int, str]:
+    """The order calls are scored in: span start time, then span id (a total order, whatever the batching)."""
+    return call.ts_ns, call.span_id
+
+
+def in_span_order(calls: list[Call]) -> bool:
+    """Whether ``calls`` are sorted by :func:`span_order` already (checked without building its keys)."""
+    for i in range(1, len(calls)):
+        a, b = calls[i - 1], calls[i]
+        if a.ts_ns > b.ts_ns or (a.ts_ns == b.ts_ns and a.span_id > b.span_id):
+            return False
+    return True
+
+
 @dataclass(slots=True)
 class PlannedRule:
     """A configured rule as the per-call loop reads it, planned once per rule list: plain attributes, and its
@@ -514,7 +528,10 @@ class Engine:
         """Score a batch of calls, in span-time order; returns rows, events and changed decisions."""
         now_us = now_us if now_us is not None else int(time.time() * 1e6)
         out = CycleOutput()
-        for call in sorted(calls, key=lambda c: (c.ts_ns, c.span_id)):
+        ordered = list(calls)
+        if not in_span_order(ordered):  # the job's query returns them in order already
+            ordered.sort(key=span_order)
+        for call in ordered:
             self.process_call(call, out, now_us)
         out.decisions = self._changed_decisions(out.dirty.values())
         return out

@@ -38,6 +38,7 @@ FROM otel.genai_calls
 WHERE inserted_at > fromUnixTimestamp64Micro({{watermark:Int64}})
   AND inserted_at <= fromUnixTimestamp64Micro({{cutoff:Int64}})
   AND (call_kind = 'tool' OR cityHash64(session_id) % {{shards:UInt32}} = {{shard:UInt32}})
+ORDER BY ts_ns, span_id
 """
 
 SELECT_NOW_US = "SELECT toUnixTimestamp64Micro(now64(6)) AS now_us"

@@ -170,6 +170,9 @@ def _next_streak(fps: frozenset[int], shared: list[int], streak: int) -> tuple[l
     (``shared``), restarted at 1 by new ones, back to 0 without any."""
     if not fps:
         return ([], 0) if shared or streak else (shared, streak)
+    if len(fps) == 1 and len(shared) == 1:  # the usual turn: one tool call, after a turn of one
+        for fp in fps:
+            return (shared, streak + 1) if fp == shared[0] else ([fp], 1)
     common = fps.intersection(shared)
     return (sorted(common), streak + 1) if common else (sorted(fps), 1)
 

@@ -198,3 +198,14 @@ def test_round_unit_at_halves_and_edges():
                     assert round_unit(x, digits) == round(x, digits), (x, digits)
     for x in (0.0, 1.0, 0.0005, 0.0015, 0.0025, 0.1235, 0.9995, 5e-324, 1 - 2**-53):
         assert round_unit(x, 3) == round(x, 3) and round_unit(x, 6) == round(x, 6)
+
+
+def test_span_order_check_matches_sorting():
+    from detector.engine import in_span_order, span_order
+
+    calls = [Call(ts_ns=ts, trace_id="t", span_id=span, session_id="s")
+             for ts, span in [(1, "b"), (1, "a"), (2, "a"), (0, "z"), (2, "a")]]
+    for n in range(len(calls) + 1):
+        for start in range(len(calls) - n + 1):
+            part = calls[start:start + n]
+            assert in_span_order(part) == (part == sorted(part, key=span_order))
