@@ -585,14 +585,15 @@ class Engine:
         session = self.state("session", session_id, out)
 
         shared = None
-        for st in (session, trace):
+        scopes = [session, trace]  # a list: compiled, iterating a tuple display goes through the iterator protocol
+        for st in scopes:
             st.session_id = session_id
             st.virtual_key = call.virtual_key or st.virtual_key
             st.feature = call.feature or st.feature
             st.last_seen_us = now_us
             shared = self._score(st, turn, view, cfg, tuning, out, shared)
         # only now: the trace's window was compared with the session's as it was before this turn
-        for st in (session, trace):
+        for st in scopes:
             st.window.push(view)  # type: ignore[union-attr]  # _score made sure there is one
             st.history.append(turn)
 
