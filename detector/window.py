@@ -218,7 +218,7 @@ def repetition(n: int, pairs: Pairs, tools: bool) -> tuple[float, float, float]:
         if first[CONTENT] < CYCLE_MATCH_MIN and first[TOOL] < CYCLE_MATCH_MIN and first[RESPONSE] < CYCLE_MATCH_MIN:
             continue  # no tail to walk at this period (the usual case: an UNRELATED pair)
         enough = period * SATURATING_CYCLES
-        for part in (CONTENT, TOOL, RESPONSE):
+        for part in range(CONTENT, RESPONSE + 1):  # CONTENT, TOOL, RESPONSE (a range: a plain C loop, compiled)
             if not walking[part] or first[part] < CYCLE_MATCH_MIN:
                 continue
             total, j = first[part], newest - 1
