@@ -292,6 +292,15 @@ def finite(value: float) -> bool:
     return not (math.isinf(value) or math.isnan(value))
 
 
+def popcount32(x: int) -> int:
+    """``x.bit_count()`` for ``0 <= x < 2**32`` (SimHashes are masked to 32 bits), in plain integer operations:
+    compiled, they stay in C, where a method call on an int cost ~5x more (one per pair of calls compared)."""
+    x = x - ((x >> 1) & 0x55555555)
+    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F
+    return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+
+
 def clamp_unit(value: float) -> float:
     if not finite(value):
         return 0.0
@@ -305,7 +314,7 @@ def simhash_similarity(a: int, b: int) -> float | None:
     b &= SIMHASH_MASK
     if not a or not b:
         return None
-    distance = (a ^ b).bit_count()
+    distance = popcount32(a ^ b)
     if distance <= SIMHASH_SAME_BITS:
         return 1.0
     if distance >= SIMHASH_UNRELATED_BITS:

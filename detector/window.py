@@ -52,6 +52,7 @@ from detector.signals import (
     cycle_score,
     empty_output,
     increment_closeness,
+    popcount32,
     token_closeness,
     turn_view,
     velocity_score,
@@ -300,7 +301,7 @@ def compare(views: list[TurnView], deltas: list[int | None], added: list[int | N
     # output text similarity
     text: float | None = None
     if a.output_simhash and b.output_simhash:
-        distance = (a.output_simhash ^ b.output_simhash).bit_count()
+        distance = popcount32(a.output_simhash ^ b.output_simhash)
         text = 1.0 if distance <= SIMHASH_SAME_BITS else 0.0 if distance >= SIMHASH_UNRELATED_BITS \
             else (SIMHASH_UNRELATED_BITS - distance) / SIMHASH_SPAN
 
@@ -338,7 +339,7 @@ def compare(views: list[TurnView], deltas: list[int | None], added: list[int | N
         return 1.0, tool, response
     inp: float | None = None
     if a.input_simhash and b.input_simhash:
-        distance = (a.input_simhash ^ b.input_simhash).bit_count()
+        distance = popcount32(a.input_simhash ^ b.input_simhash)
         inp = 1.0 if distance <= SIMHASH_SAME_BITS else 0.0 if distance >= SIMHASH_UNRELATED_BITS \
             else (SIMHASH_UNRELATED_BITS - distance) / SIMHASH_SPAN
     reply = text

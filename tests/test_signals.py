@@ -797,3 +797,16 @@ def test_all_distinct_turns_score_no_repetition(n):
     run = [turn(5.0 * i, inp=f"in {i}", out=f"out {i}", out_tok=40 + 30 * i, tools=(f"tool{i}:arg{i}",)) for i in range(n)]
     s = compute_signals(run[:-1], run[-1], CFG)
     assert s.content_similarity == s.tool_call_repetition == s.response_stagnation == s.context_growth == 0.0
+
+
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_popcount32_counts_the_bits_of_a_32_bit_simhash(x):
+    from detector.signals import popcount32
+
+    assert popcount32(x) == x.bit_count()
+
+
+def test_popcount32_extremes():
+    from detector.signals import popcount32
+
+    assert [popcount32(x) for x in (0, 1, 2**31, 2**32 - 1, 0x55555555, 0xAAAAAAAA)] == [0, 1, 1, 32, 16, 16]
