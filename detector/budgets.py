@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loop_detector.budgets")
 
-BUDGET_SCOPES = ("feature", "session", "key")
+BUDGET_SCOPES: Final = ("feature", "session", "key")
 META_PREFIX = "budget:"
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Final
 
 from detector.escalation import ACTION_RANK
 
@@ -19,7 +20,7 @@ SCOPES = ("trace", "session", "key", "feature")
 
 # Why a call is refused, as the 429 body's ``reason`` says it. A blocking rule in enforce mode gives its
 # detector's name (``exact_prompt_repeat``, ``trace_cap``, ``failure_loop``, ``velocity``).
-REASON_LOOP = "loop_detected"
+REASON_LOOP: Final = "loop_detected"
 REASON_SESSION_BLOCKED = "session_blocked"
 REASON_KEY_REVOKED = "key_revoked"
 REASON_BUDGET = "budget_exhausted"

@@ -35,7 +35,7 @@ from detector.signals import TurnView, turn_view
 from detector.window import SignalWindow, Values
 
 REQUEST_FP_WINDOW: Final = 100  # the largest exact_prompt_repeat window allowed
-_NO_ERRORS: frozenset[int] = frozenset()
+_NO_ERRORS: Final[frozenset[int]] = frozenset()
 
 # Call fields worth keeping in a persisted history (the rest are ids and keys the scope already has).
 _COMPACT_SKIP = {"trace_id", "span_id", "parent_span_id", "session_id", "session_source", "virtual_key", "feature",
@@ -340,7 +340,10 @@ def score_dict(row: ScoreRow) -> dict[str, Any]:
 # (the window, the seven values, the raw confidence, the dominant signal, the values by name).
 _Scored = tuple[SignalWindow, Values, float, str, dict[str, float]]
 _NO_SIGNALS: Values = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-_ZERO_NAMED: dict[str, float] = dict.fromkeys(SIGNAL_NAMES, 0.0)
+_ZERO_NAMED: Final[dict[str, float]] = dict.fromkeys(SIGNAL_NAMES, 0.0)
+# SIGNAL_NAMES as a compiled module's constant: the name imported from detector.config (not compiled) is a dict
+# lookup at every use.
+_SIGNAL_NAMES: Final[tuple[str, ...]] = SIGNAL_NAMES
 
 
 @dataclass(slots=True)
@@ -631,7 +634,7 @@ class Engine:
                 scored = (window, _NO_SIGNALS, 0.0, "none", _ZERO_NAMED)
             else:
                 raw, dominant = confidence_and_dominant_items(values, tuning.weights)
-                named = {SIGNAL_NAMES[i]: values[i] for i in range(len(values))}
+                named = {_SIGNAL_NAMES[i]: values[i] for i in range(len(values))}
                 scored = (window, values, raw, dominant, named)
         _, values, raw, dominant, named = scored
         st.ema = confidence = ema(st.ema, raw, tuning.alpha)

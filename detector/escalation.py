@@ -9,13 +9,13 @@ exactly one and the count starts again, so a session that breaks out of its loop
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from detector.config import LoopDetectionConfig
 
-LEVELS: tuple[str, ...] = ("none", "warn", "throttle", "inject", "hard_stop")
+LEVELS: Final[tuple[str, ...]] = ("none", "warn", "throttle", "inject", "hard_stop")
 ACTIONS: tuple[str, ...] = ("allow", "warn", "throttle", "inject", "block")
-LEVEL_ACTION = dict(zip(LEVELS, ACTIONS, strict=True))
+LEVEL_ACTION: Final = dict(zip(LEVELS, ACTIONS, strict=True))
 ACTION_RANK = {a: i for i, a in enumerate(ACTIONS)}
 LEVEL_RANK = {name: i for i, name in enumerate(LEVELS)}
 

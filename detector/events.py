@@ -6,12 +6,13 @@ Escalation transitions, rule trips, budget exhaustion and manual actions all lan
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from detector.config import SIGNAL_NAMES
 from detector.models import ns_to_ch
 
-_NO_SIGNALS: dict[str, float] = {}
+_NO_SIGNALS: Final[dict[str, float]] = {}
+_SIGNAL_NAMES: Final[tuple[str, ...]] = SIGNAL_NAMES  # a compiled constant (see detector.engine)
 
 
 def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, detector: str,
@@ -39,7 +40,7 @@ def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, 
         "from_level": from_level,
         "to_level": to_level,
         "confidence": confidence,
-        "signals": {name: float(named.get(name, 0.0)) for name in SIGNAL_NAMES},
+        "signals": {name: float(named.get(name, 0.0)) for name in _SIGNAL_NAMES},
         "dominant_signal": dominant_signal,
         "consecutive": consecutive,
         "message": message,

@@ -167,8 +167,8 @@ class TurnView:
         self.spans_only = spans_only
 
 
-_NO_INTS: frozenset[int] = frozenset()
-_NO_NAMES: frozenset[str] = frozenset()
+_NO_INTS: Final[frozenset[int]] = frozenset()
+_NO_NAMES: Final[frozenset[str]] = frozenset()
 
 
 def turn_view(turn: Turn) -> TurnView:
