@@ -339,7 +339,7 @@ def score_dict(row: ScoreRow) -> dict[str, Any]:
 # One turn's scoring in one scope, reusable by a scope whose window holds the very same turns:
 # (the window, the seven values, the raw confidence, the dominant signal, the values by name).
 _Scored = tuple[SignalWindow, Values, float, str, dict[str, float]]
-_NO_SIGNALS: Values = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+_NO_SIGNALS: Final[Values] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 _ZERO_NAMED: Final[dict[str, float]] = dict.fromkeys(SIGNAL_NAMES, 0.0)
 # SIGNAL_NAMES as a compiled module's constant: the name imported from detector.config (not compiled) is a dict
 # lookup at every use.

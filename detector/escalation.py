@@ -14,10 +14,10 @@ from typing import Any, Final
 from detector.config import LoopDetectionConfig
 
 LEVELS: Final[tuple[str, ...]] = ("none", "warn", "throttle", "inject", "hard_stop")
-ACTIONS: tuple[str, ...] = ("allow", "warn", "throttle", "inject", "block")
+ACTIONS: Final[tuple[str, ...]] = ("allow", "warn", "throttle", "inject", "block")
 LEVEL_ACTION: Final = dict(zip(LEVELS, ACTIONS, strict=True))
-ACTION_RANK = {a: i for i, a in enumerate(ACTIONS)}
-LEVEL_RANK = {name: i for i, name in enumerate(LEVELS)}
+ACTION_RANK: Final = {a: i for i, a in enumerate(ACTIONS)}
+LEVEL_RANK: Final = {name: i for i, name in enumerate(LEVELS)}
 
 GENERIC_INSTRUCTION = (
     "Loop detected. You are repeating the same actions without progress. Stop the current approach, "

@@ -11,9 +11,9 @@ import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
 
 # The columns the detector reads from otel.genai_calls, in Call's field order.
 CALL_COLUMNS = (

@@ -66,7 +66,7 @@ TOOL: Final = 1
 RESPONSE: Final = 2
 # Any pair below CYCLE_MATCH_MIN in all three parts: it can neither start nor continue a repeating tail, and
 # error_cycling only asks whether a content similarity reaches SAME_FAILING_REQUEST.
-UNRELATED: Pair = (0.0, 0.0, 0.0)
+UNRELATED: Final[Pair] = (0.0, 0.0, 0.0)
 assert CYCLE_MATCH_MIN <= SAME_FAILING_REQUEST
 
 SIMHASH_SPAN: Final = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
