@@ -387,14 +387,27 @@ def resolve_cost(call: Call, config: AppConfig) -> float:
     then the longest configured prefix, e.g. ``gpt-4o`` for ``gpt-4o-2024-08-06``)."""
     if call.cost_usd > 0:
         return call.cost_usd
-    price = config.prices.get(call.model)
-    if price is None and call.model:
-        prefixes = [m for m in config.prices if call.model.startswith(m)]
+    return cost_at(call, model_price(call.model, config))
+
+
+# (USD per million input tokens, per million output tokens) of one model; None: not priced
+ModelPrice = tuple[float, float] | None
+
+
+def model_price(model: str, config: AppConfig) -> ModelPrice:
+    """The price table's entry for ``model``: its exact name, else the longest configured prefix."""
+    price = config.prices.get(model)
+    if price is None and model:
+        prefixes = [m for m in config.prices if model.startswith(m)]
         if prefixes:
             price = config.prices[max(prefixes, key=len)]
+    return None if price is None else (price.input_per_million, price.output_per_million)
+
+
+def cost_at(call: Call, price: ModelPrice) -> float:
     if price is None:
         return 0.0
-    return (call.input_tokens * price.input_per_million + call.output_tokens * price.output_per_million) / 1e6
+    return (call.input_tokens * price[0] + call.output_tokens * price[1]) / 1e6
 
 
 def span_order(call: Call) -> tuple[int, str]:
@@ -462,6 +475,8 @@ class Engine:
         self._params: dict[str, Any] = {}
         self._plan: list[PlannedRule] = []
         self._plan_for: list[Rule] | None = None
+        self._prices: dict[str, ModelPrice] = {}
+        self._prices_of: AppConfig | None = None  # the config _prices were looked up in
         self.budgets = BudgetTracker(config.budgets)  # spend totals: kept across reconfigure (spent is spent)
 
     # -- configuration -------------------------------------------------------------------------
@@ -483,6 +498,19 @@ class Engine:
             cfg = self.config.for_key(virtual_key)
             self._key_cfg[virtual_key] = cfg
         return cfg
+
+    def _cost(self, call: Call) -> float:
+        """:func:`resolve_cost` from the price table, with each model's price looked up once per configuration
+        (reading pydantic models on every call was ~2% of a cycle)."""
+        if self._prices_of is not self.config:  # the job may swap the config object (detector.job.update_budgets)
+            self._prices.clear()
+            self._prices_of = self.config
+        model = call.model
+        if model in self._prices:
+            price = self._prices[model]
+        else:
+            price = self._prices[model] = model_price(model, self.config)
+        return cost_at(call, price)
 
     def _tuning_for(self, virtual_key: str) -> tuple[LoopDetectionConfig, _Tuning]:
         found = self._key_tuning.get(virtual_key)
@@ -581,7 +609,7 @@ class Engine:
         session_id = call.session_id
         if call.session_source == "trace":
             session_id = self.trace_sessions.get(call.trace_id, call.session_id)
-        turn = Turn(call, trace.pending_tools, resolve_cost(call, self.config))
+        turn = Turn(call, trace.pending_tools, call.cost_usd if call.cost_usd > 0 else self._cost(call))
         trace.pending_tools = []
         view = turn_view(turn)
         cfg, tuning = self._tuning_for(call.virtual_key)

@@ -84,15 +84,17 @@ def confidence_and_dominant_items(values: tuple[float, ...], items: tuple[tuple[
                                   ) -> tuple[float, str]:
     """:func:`confidence_and_dominant` of the seven signal values in ``SIGNAL_NAMES`` order, with the weights as
     ``(name, weight)`` pairs in that order (the engine keeps them per configuration)."""
-    if not any(values):
-        return 0.0, "none"  # no evidence at all (most calls): every contribution is 0
     if len(values) != len(items):
         raise ValueError(f"{len(values)} signal values for {len(items)} weights")
-    best_name, best, total = "none", 0.0, []
+    best_name, best, total, evidence = "none", 0.0, 0.0, False
     for i in range(len(values)):  # by index: compiled, a zip of tuples is a generic iteration
         name, weight = items[i]
-        contribution = weight * _clamp(values[i])
-        total.append(contribution)
+        value = values[i]
+        evidence = evidence or value != 0.0
+        contribution = weight * _clamp(value)
+        total += contribution  # in order from 0, as sum() adds on Python 3.11
         if contribution > best:
             best_name, best = name, contribution
-    return _clamp(sum(total)), best_name
+    if not evidence:
+        return 0.0, "none"  # no evidence at all (most calls): every contribution is 0
+    return _clamp(total), best_name

@@ -140,15 +140,16 @@ class SignalWindow:
         n = len(views)
         # velocity: from the first call's start to the latest end, over at least a minute
         fallback = False
-        start, end, tokens = view.ts_ns, view.end_ns, 0
+        start, end, tokens, cost = view.ts_ns, view.end_ns, 0, 0.0
         for v in views:
             fallback = fallback or not v.has_content
             start = min(start, v.ts_ns)
             end = max(end, v.end_ns)
             tokens += v.tokens
+            cost += v.cost_usd
         minutes = max(end - start, MIN_RATE_WINDOW_NS) / NS_PER_MINUTE
         token_velocity = velocity_score(tokens / minutes, token_threshold)
-        cost_velocity = velocity_score(sum([v.cost_usd for v in views]) / minutes, cost_threshold)
+        cost_velocity = velocity_score(cost / minutes, cost_threshold)
         if n < 2:
             return (0.0, 0.0, 0.0, 0.0, token_velocity, 0.0, cost_velocity), fallback
 
@@ -232,7 +233,7 @@ def repetition(n: int, pairs: Pairs, tools: bool) -> tuple[float, float, float]:
             best[part] = max(best[part], total / period)
             if best[part] >= SATURATING_CYCLES:
                 walking[part] = False
-        if not any(walking):
+        if not (walking[CONTENT] or walking[TOOL] or walking[RESPONSE]):
             break
     return (clamp_unit(best[CONTENT] / SATURATING_CYCLES), clamp_unit(best[TOOL] / SATURATING_CYCLES),
             clamp_unit(best[RESPONSE] / SATURATING_CYCLES))
