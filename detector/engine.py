@@ -625,7 +625,9 @@ class Engine:
             shared = self._score(st, turn, view, cfg, tuning, out, shared)
         # only now: the trace's window was compared with the session's as it was before this turn
         for st in scopes:
-            st.window.push(view)  # type: ignore[union-attr]  # _score made sure there is one
+            window = st.window
+            assert window is not None  # _score made sure there is one (and, narrowed, push is a direct call)
+            window.push(view)
             st.history.append(turn)
 
         trace.request_fps.append(call.request_fp)
@@ -715,11 +717,11 @@ class Engine:
         if rule.detector == "exact_prompt_repeat":
             match = find_repeat(trace.request_fps, rule.window, rule.repeats)
             tripped = match is not None
-            if match:
+            if match and rule.name not in trace.trips:  # the message of a new trip (a loop trips call after call)
                 detail = f"cycle of {match[0]} call(s) repeated {match[1]} times"
         elif rule.detector == "trace_cap":
             tripped = cap_reached(trace.calls, trace.cost_usd, trace.tokens, rule.unit, rule.threshold)
-            if tripped:
+            if tripped and rule.name not in trace.trips:
                 detail = f"{rule.unit} cap {rule.threshold:g} reached"
         elif rule.detector == "failure_loop":
             failure = trace.failure
@@ -765,7 +767,7 @@ class Engine:
                 target, turn, kind="rule_clear", detector=rule.detector, action="allow", mode=rule.mode,
                 rule_name=rule.name, from_level=target.level, to_level=target.level, message="condition cleared",
             ))
-        out.dirty[(target.scope, target.scope_id)] = target
+        # the target is marked dirty already: the trace by process_call, a key by state()
 
     def _event(self, st: ScopeState, turn: Turn, *, kind: str, detector: str, action: str, from_level: str,
                to_level: str, mode: str = "enforce", rule_name: str = "", consecutive: int = 0,
