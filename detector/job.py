@@ -110,9 +110,9 @@ class DetectorJob:
         self.processed_us = 0  # calls up to here have had their scores and events written
         self.checkpoint_us = 0  # the engine state persisted in loop_state is as of here
         self.last_checkpoint_us = 0
-        # Scopes changed since the last checkpoint: each cycle's own dict, merged only when a checkpoint needs
+        # Scopes changed since the last checkpoint: each cycle's own list, merged only when a checkpoint needs
         # them (merging 20,000 entries into one dict every cycle was ~6 ms of it; see _remember_unsaved).
-        self.unsaved: list[dict[tuple[str, str], ScopeState]] = []
+        self.unsaved: list[list[ScopeState]] = []
         self.evicted_total = 0
         self.last_stats = CycleStats()
         self.cycles = 0
@@ -229,17 +229,18 @@ class DetectorJob:
             self.unsaved.clear()
             return len(live)
 
-    def _remember_unsaved(self, dirty: dict[tuple[str, str], ScopeState]) -> None:
+    def _remember_unsaved(self, dirty: list[ScopeState]) -> None:
         if not dirty:
             return
         self.unsaved.append(dirty)
         if len(self.unsaved) > UNSAVED_MERGE_AT:  # a long checkpoint interval: bounded, merged as it goes
-            self.unsaved = [self._unsaved_scopes()]
+            self.unsaved = [list(self._unsaved_scopes().values())]
 
     def _unsaved_scopes(self) -> dict[tuple[str, str], ScopeState]:
         merged: dict[tuple[str, str], ScopeState] = {}
         for dirty in self.unsaved:
-            merged.update(dirty)
+            for st in dirty:
+                merged[(st.scope, st.scope_id)] = st
         return merged
 
     def _load_missing(self, calls: list[Call]) -> None:
