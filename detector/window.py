@@ -41,8 +41,6 @@ from detector.signals import (
     OUTPUT_ONLY_WEIGHT,
     SAME_FAILING_REQUEST,
     SATURATING_CYCLES,
-    SIMHASH_SAME_BITS,
-    SIMHASH_UNRELATED_BITS,
     STRUCTURAL_REQUEST_WEIGHT,
     TOKENS_SAME_ABS,
     TOOL_TEXT_FLOOR,
@@ -52,7 +50,7 @@ from detector.signals import (
     cycle_score,
     empty_output,
     increment_closeness,
-    popcount32,
+    simhash_similarity,
     token_closeness,
     turn_view,
     velocity_score,
@@ -68,8 +66,6 @@ RESPONSE: Final = 2
 # error_cycling only asks whether a content similarity reaches SAME_FAILING_REQUEST.
 UNRELATED: Final[Pair] = (0.0, 0.0, 0.0)
 assert CYCLE_MATCH_MIN <= SAME_FAILING_REQUEST
-
-SIMHASH_SPAN: Final = SIMHASH_UNRELATED_BITS - SIMHASH_SAME_BITS
 
 # The seven signal values, in SIGNAL_NAMES order, and whether content fell back to structure.
 Values = tuple[float, ...]  # seven, typed as Pair is
@@ -300,11 +296,7 @@ def compare(views: list[TurnView], deltas: list[int | None], added: list[int | N
         tools = 1.0
 
     # output text similarity
-    text: float | None = None
-    if a.output_simhash and b.output_simhash:
-        distance = popcount32(a.output_simhash ^ b.output_simhash)
-        text = 1.0 if distance <= SIMHASH_SAME_BITS else 0.0 if distance >= SIMHASH_UNRELATED_BITS \
-            else (SIMHASH_UNRELATED_BITS - distance) / SIMHASH_SPAN
+    text = simhash_similarity(a.output_simhash, b.output_simhash)
 
     # The usual pair of a healthy run: a new request, other tool calls, other words. Tool-call and response
     # similarity are then at most ``tools``, content similarity at most ``tools`` or (redundant input) ``text``.
@@ -338,11 +330,7 @@ def compare(views: list[TurnView], deltas: list[int | None], added: list[int | N
         return _structural(a, b, deltas, added, i, j, any_tools, tools, closeness, same_shape), tool, response
     if a.request_fp and a.request_fp == b.request_fp:
         return 1.0, tool, response
-    inp: float | None = None
-    if a.input_simhash and b.input_simhash:
-        distance = popcount32(a.input_simhash ^ b.input_simhash)
-        inp = 1.0 if distance <= SIMHASH_SAME_BITS else 0.0 if distance >= SIMHASH_UNRELATED_BITS \
-            else (SIMHASH_UNRELATED_BITS - distance) / SIMHASH_SPAN
+    inp = simhash_similarity(a.input_simhash, b.input_simhash)
     reply = text
     if reply is None and empty_output(a) and empty_output(b):
         reply = 1.0
