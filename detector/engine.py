@@ -507,8 +507,10 @@ class Engine:
         return cfg
 
     def _cost(self, call: Call) -> float:
-        """:func:`resolve_cost` from the price table, with each model's price looked up once per configuration
-        (reading pydantic models on every call was ~2% of a cycle)."""
+        """:func:`resolve_cost`, with each model's price looked up once per configuration (reading pydantic
+        models on every call was ~2% of a cycle)."""
+        if call.cost_usd > 0:
+            return call.cost_usd
         if self._prices_of is not self.config:  # the job may swap the config object (detector.job.update_budgets)
             self._prices.clear()
             self._prices_of = self.config
@@ -617,7 +619,7 @@ class Engine:
         session_id = call.session_id
         if call.session_source == "trace":
             session_id = self.trace_sessions.get(call.trace_id, call.session_id)
-        turn = Turn(call, trace.pending_tools, call.cost_usd if call.cost_usd > 0 else self._cost(call))
+        turn = Turn(call, trace.pending_tools, self._cost(call))
         trace.pending_tools = []
         view = turn_view(turn)
         cfg, tuning = self._tuning_for(call.virtual_key)

@@ -59,7 +59,7 @@ WHERE action != 'allow' OR level != 'none'
 
 SELECT_META = "SELECT value FROM otel.loop_meta FINAL WHERE key = {key:String}"
 
-UNSAVED_MERGE_AT = 32  # cycles' dicts of changed scopes kept apart before they are merged into one
+UNSAVED_MERGE_AT = 32  # cycles' lists of changed scopes kept apart before they are merged into one
 
 
 @dataclass(slots=True)
