@@ -95,12 +95,16 @@ def measure(stored: int, sessions: int, cycles: int) -> dict[str, float]:
         t = time.perf_counter()
         saved = job.checkpoint()
         checkpoint_s = time.perf_counter() - t
-        # a restart: the same sessions, now only in loop_state, loaded once by the next cycle
-        job.engine.states.clear()
+        # a restart: a new detector on the same store; the sessions are only in loop_state now, loaded by the next cycle
+        job = DetectorJob(store, config, DecisionBook())
+        job.load()
+        job.last_checkpoint_us = 2**62
+        assert len(job.stored) == 2 * sessions, len(job.stored)
         store.command(NEW_CALLS, {"round": 1, "sessions": sessions})
         t = time.perf_counter()
         job.run_cycle()
         restart_s = time.perf_counter() - t
+        assert not job.stored, len(job.stored)  # every persisted scope came back: steady cycles need not look
 
         warm, phases = [], []
         for r in range(2, 2 + cycles):

@@ -3,7 +3,8 @@
 Each cycle:
 
 1. windowed SQL: the calls inserted since the watermark (``inserted_at``), never older history;
-   scopes the engine does not hold in memory are loaded once from ``otel.loop_state``;
+   scopes the engine does not hold in memory are loaded once from ``otel.loop_state`` (only those
+   persisted: :class:`~detector.stored.StoredIndex`);
 2. the engine scores them call by call in span-time order;
 3. scores, events, state, decisions and the new watermark are written back, and the in-memory
    :class:`~detector.decisions.DecisionBook` the API reads is updated.
@@ -25,6 +26,7 @@ from detector.decisions import Decision, DecisionBook
 from detector.engine import CycleOutput, Engine, ScopeState
 from detector.models import CALL_COLUMNS, Call
 from detector.store import Store, insert_rows
+from detector.stored import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.tables import decision_table, event_table, score_table
 
 log = logging.getLogger("loop_detector.detector")
@@ -58,6 +60,21 @@ WHERE action != 'allow' OR level != 'none'
 """
 
 SELECT_META = "SELECT value FROM otel.loop_meta FINAL WHERE key = {key:String}"
+
+# Live scopes marked deleted: each keeps its last row. The filter sits in a subquery because in the outer query
+# `deleted` would be the REPLACE's alias (always 1), and nothing would be marked.
+DELETE_STORED = """
+INSERT INTO otel.loop_state SELECT * REPLACE (1 AS deleted, {v:UInt64} AS version)
+FROM (SELECT * FROM otel.loop_state FINAL WHERE scope = {scope:String} AND scope_id IN {ids:Array(String)} AND deleted = 0)
+"""
+DELETE_ALL_STATES = """
+INSERT INTO otel.loop_state SELECT * REPLACE (1 AS deleted, {v:UInt64} AS version)
+FROM (SELECT * FROM otel.loop_state FINAL WHERE deleted = 0)
+"""
+RESET_ALL_DECISIONS = """
+INSERT INTO otel.loop_decisions SELECT * REPLACE ('allow' AS action, 'none' AS level, {v:UInt64} AS version)
+FROM otel.loop_decisions FINAL
+"""
 
 UNSAVED_MERGE_AT = 32  # cycles' lists of changed scopes kept apart before they are merged into one
 
@@ -105,7 +122,8 @@ class DetectorJob:
         self.lock = threading.RLock()
         self.version = Versioner()
         self.on_cycle = on_cycle if on_cycle is not None else []
-        self.on_evict: list[Callable[[list[ScopeState]], None]] = []  # e.g. the API's pending-call windows
+        # told the (scope, scope_id) of what expires, e.g. to drop the API's pending-call windows
+        self.on_evict: list[Callable[[list[Key]], None]] = []
         self.watermark_us = 0  # calls up to here are in the engine
         self.processed_us = 0  # calls up to here have had their scores and events written
         self.checkpoint_us = 0  # the engine state persisted in loop_state is as of here
@@ -113,6 +131,7 @@ class DetectorJob:
         # Scopes changed since the last checkpoint: each cycle's own list, merged only when a checkpoint needs
         # them (merging 20,000 entries into one dict every cycle was ~6 ms of it; see _remember_unsaved).
         self.unsaved: list[list[ScopeState]] = []
+        self.stored = StoredIndex()  # persisted scopes not in memory (read at load)
         self.evicted_total = 0
         self.last_stats = CycleStats()
         self.cycles = 0
@@ -131,6 +150,12 @@ class DetectorJob:
         index, count = self.shard
         return f"{index}/{count}"
 
+    @property
+    def _sole_writer(self) -> bool:
+        """One detector owns the detector tables: every persisted scope it lacks in memory is in ``stored``.
+        With shards, another detector may persist a trace or key scope this one needs as well."""
+        return self.shard[1] == 1
+
     def _meta(self, name: str) -> int:
         rows = self.store.rows(SELECT_META, {"key": self._meta_key(name)})
         return int(rows[0]["value"]) if rows else 0
@@ -145,8 +170,11 @@ class DetectorJob:
         decisions = [Decision.from_row(r) for r in self.store.rows(SELECT_DECISIONS)]
         self.book.put(decisions)
         load_totals(self.store, self.engine.budgets, self.config, self._shard_key, self.checkpoint_us)
+        index, count = self.shard
+        self.stored.load(self.store.rows(SELECT_STORED_SCOPES, {"shards": count, "shard": index}))
+        self.stored.discard(list(self.engine.states))
         log.info("detector resumed", extra={"checkpoint_us": self.checkpoint_us, "processed_us": self.processed_us,
-                                            "decisions": len(decisions)})
+                                            "decisions": len(decisions), "stored_scopes": len(self.stored)})
 
     # -- one cycle ------------------------------------------------------------------------------
     def run_cycle(self) -> CycleStats:
@@ -244,27 +272,40 @@ class DetectorJob:
         return merged
 
     def _load_missing(self, calls: list[Call]) -> None:
+        if self._sole_writer and not self.stored:
+            return  # nothing persisted is missing from memory (12 ms a cycle to find that out call by call)
+        wanted = self.engine.needed_scopes(calls)
+        self._load([k for k in wanted if k in self.stored] if self._sole_writer else list(wanted))
+
+    def _load(self, keys: list[Key]) -> None:
         by_scope: dict[str, list[str]] = defaultdict(list)
-        for scope, scope_id in self.engine.needed_scopes(calls):
+        for scope, scope_id in keys:
             by_scope[scope].append(scope_id)
         depth = self.config.loop_detection.history_depth
         for scope, ids in by_scope.items():
             rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": ids})
             self.engine.adopt(ScopeState.from_row(r, depth) for r in rows)
+        self.stored.discard(keys)
 
     # -- lifecycle and admin --------------------------------------------------------------------
-    def evict(self) -> int:
-        """Expire idle sessions and cap tracked sessions (the eviction job); now and then, collect garbage
-        in full (:meth:`detector.collector.CollectorPolicy.collect_if_due`)."""
+    def evict(self, now_us: int | None = None) -> int:
+        """Expire idle sessions and cap tracked sessions (the eviction job), in memory and among those persisted
+        and not loaded since a restart; now and then, collect garbage in full
+        (:meth:`detector.collector.CollectorPolicy.collect_if_due`). Returns the sessions dropped."""
         with self.lock:
             self.collector.collect_if_due()
-            now_us = int(time.time() * 1e6)
+            now_us = int(time.time() * 1e6) if now_us is None else now_us
+            cfg = self.config.loop_detection
             removed = self.engine.evict(now_us)
-            if not removed:
+            in_memory = sum(1 for key in self.engine.states if key[0] == "session")
+            stale = self.stored.expired(now_us, cfg.session_timeout_minutes * 60 * 10**6, cfg.max_sessions, in_memory,
+                                        [st.scope_id for st in removed if st.scope == "session"])
+            gone = [(st.scope, st.scope_id) for st in removed] + stale
+            if not gone:
                 return 0
             for observer in self.on_evict:
                 try:
-                    observer(removed)
+                    observer(gone)
                 except Exception:
                     log.exception("eviction observer failed")
             version = self.version()
@@ -273,11 +314,19 @@ class DetectorJob:
                 row = st.to_row(version)
                 row["deleted"] = 1
                 rows.append(row)
-                self.book.drop(st.scope, st.scope_id)
             insert_rows(self.store, "otel.loop_state", rows)
+            by_scope: dict[str, list[str]] = defaultdict(list)
+            for scope, scope_id in stale:
+                by_scope[scope].append(scope_id)
+            for scope, ids in by_scope.items():
+                self.store.command(DELETE_STORED, {"scope": scope, "ids": ids, "v": version})
+            for scope, scope_id in gone:
+                self.book.drop(scope, scope_id)
             insert_rows(self.store, "otel.loop_decisions",
-                        (Decision(scope=st.scope, scope_id=st.scope_id).to_row(version) for st in removed))
-            sessions = sum(1 for st in removed if st.scope == "session")
+                        (Decision(scope=scope, scope_id=scope_id).to_row(version) for scope, scope_id in gone))
+            if stale:
+                self.engine.budgets.forget("session", [scope_id for scope, scope_id in stale if scope == "session"])
+            sessions = sum(1 for key in gone if key[0] == "session")
             self.evicted_total += sessions
             return sessions
 
@@ -295,8 +344,7 @@ class DetectorJob:
 
     def _load_missing_scope(self, scope: str, scope_id: str) -> None:
         if (scope, scope_id) not in self.engine.states:
-            rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": [scope_id]})
-            self.engine.adopt(ScopeState.from_row(r, self.config.loop_detection.history_depth) for r in rows)
+            self._load([(scope, scope_id)])
 
     def update_budgets(self, config: AppConfig) -> None:
         """Swap the budgets (nothing else changed): no state is cleared, spend totals stay."""
@@ -310,9 +358,8 @@ class DetectorJob:
         with self.lock:
             self.config = config
             self.engine.reconfigure(config)
+            self.stored.clear()
             self.book.clear()
             version = self.version()
-            self.store.command("INSERT INTO otel.loop_state SELECT * REPLACE (1 AS deleted, {v:UInt64} AS version) "
-                               "FROM otel.loop_state FINAL WHERE deleted = 0", {"v": version})
-            self.store.command("INSERT INTO otel.loop_decisions SELECT * REPLACE ('allow' AS action, 'none' AS level, "
-                               "{v:UInt64} AS version) FROM otel.loop_decisions FINAL", {"v": version})
+            self.store.command(DELETE_ALL_STATES, {"v": version})
+            self.store.command(RESET_ALL_DECISIONS, {"v": version})

@@ -88,8 +88,8 @@ class Service:
         self.manual = ManualActions(self.store)
         self.manual.load()
         self.preflight = PendingWindows()
-        self.job.on_evict.append(lambda removed: self.preflight.forget_sessions(
-            {st.scope_id for st in removed if st.scope == "session"}))
+        self.job.on_evict.append(lambda gone: self.preflight.forget_sessions(
+            {scope_id for scope, scope_id in gone if scope == "session"}))
         self.enforcer = Enforcer(self.book, self.manual, lambda: self.job.engine.budgets, self.preflight,
                                  lambda: self.config.rules)
         self.admin_token = resolve_admin_token(config, self.data_dir)
