@@ -37,6 +37,7 @@ from detector.window import SignalWindow, Values
 
 REQUEST_FP_WINDOW: Final = 100  # the largest exact_prompt_repeat window allowed
 _NO_ERRORS: Final[frozenset[int]] = frozenset()
+_NO_TRIPS: Final[tuple[Any, ...]] = ()  # a scope's rule trips as the decision check compares them, when it has none
 
 # Call fields worth keeping in a persisted history (the rest are ids and keys the scope already has).
 _COMPACT_SKIP = {"trace_id", "span_id", "parent_span_id", "session_id", "session_source", "virtual_key", "feature",
@@ -117,7 +118,14 @@ class ScopeState:
     instruction: str = ""
     pending_tools: list[Call] = field(default_factory=list)
     published: tuple[Any, ...] | None = None  # the last decision handed out (not persisted)
-    published_from: tuple[Any, ...] | None = field(default=None, compare=False)  # what it came from (not persisted)
+    # What the last decision came from, as the decision check reads it (not persisted): level rank (-1: none
+    # yet), confidence to 3 places, dominant signal, break instruction, rule trips. Fields, not one tuple: compiled,
+    # comparing them is a few machine instructions, building and comparing a tuple ~1,000 a scope.
+    from_level: int = field(default=-1, compare=False)
+    from_confidence: float = field(default=0.0, compare=False)
+    from_dominant: str = field(default="", compare=False)
+    from_instruction: str = field(default="", compare=False)
+    from_trips: tuple[Any, ...] = field(default=(), compare=False)
     window: SignalWindow | None = field(default=None, repr=False, compare=False)  # the history as the signals read it
     marked: int = field(default=0, repr=False, compare=False)  # the CycleOutput.mark of the last batch it was in
 
@@ -130,8 +138,7 @@ class ScopeState:
                  first_ns: int = 0, last_ns: int = 0, last_seen_us: int = 0, failure: FailureStreak | None = None,
                  trips: dict[str, RuleTrip] | None = None, velocity: dict[str, VelocityState] | None = None,
                  instruction: str = "", pending_tools: list[Call] | None = None,
-                 published: tuple[Any, ...] | None = None, published_from: tuple[Any, ...] | None = None,
-                 window: SignalWindow | None = None) -> None:
+                 published: tuple[Any, ...] | None = None, window: SignalWindow | None = None) -> None:
         self.scope = scope
         self.scope_id = scope_id
         self.session_id = session_id
@@ -156,7 +163,11 @@ class ScopeState:
         self.instruction = instruction
         self.pending_tools = [] if pending_tools is None else pending_tools
         self.published = published
-        self.published_from = published_from
+        self.from_level = -1
+        self.from_confidence = 0.0
+        self.from_dominant = ""
+        self.from_instruction = ""
+        self.from_trips = _NO_TRIPS
         self.window = window
         self.marked = 0
 
@@ -574,11 +585,12 @@ class Engine:
             ordered.sort(key=span_order)
         for call in ordered:
             self.process_call(call, out, now_us)
-        out.decisions = self._changed_decisions(out.dirty)
+        out.decisions = self._changed_decisions(out.dirty, now_us)
         return out
 
-    def _changed_decisions(self, states: Iterable[ScopeState]) -> list[Decision]:
-        """Decisions that differ from what each scope last published (only those need writing)."""
+    def _changed_decisions(self, states: Iterable[ScopeState], now_us: int = -1) -> list[Decision]:
+        """Decisions that differ from what each scope last published (only those need writing), as of
+        ``now_us`` (-1: the clock)."""
         changed = []
         for st in states:
             if st.calls == 0 and not st.trips and st.published is None:
@@ -586,17 +598,20 @@ class Engine:
             # What decision_for reads, as the decision key rounds it: unchanged, so is the decision (most
             # scopes of a cycle), and it need not be built to find out.
             trips = st.trips
+            level = st.escalation.level
             confidence = round_unit(st.ema, 6) if st.ema else 0.0  # as the decision carries it
-            source = (st.escalation.level, round_unit(confidence, 3) if confidence else 0.0, st.dominant,
-                      st.instruction,
-                      tuple([(t.action, t.mode, t.detector, t.rule, t.expires_ns) for t in trips.values()])
-                      if trips else ())
-            if source == st.published_from:
+            rounded = round_unit(confidence, 3) if confidence else 0.0
+            dominant, instruction = st.dominant, st.instruction
+            trip_keys = (tuple([(t.action, t.mode, t.detector, t.rule, t.expires_ns) for t in trips.values()])
+                         if trips else _NO_TRIPS)
+            if (level == st.from_level and rounded == st.from_confidence and dominant == st.from_dominant
+                    and instruction == st.from_instruction and (trip_keys is st.from_trips or trip_keys == st.from_trips)):
                 continue
-            st.published_from = source
-            d = self.decision_for(st, confidence)
-            # source[1] is round(d.confidence, 3): every decision of a scope carries round(ema, 6)
-            key = (d.action, d.level, source[1], d.dominant_signal, d.detector, d.rule_name, d.instruction,
+            st.from_level, st.from_confidence, st.from_dominant = level, rounded, dominant
+            st.from_instruction, st.from_trips = instruction, trip_keys
+            d = self.decision_for(st, confidence, now_us)
+            # rounded is round(d.confidence, 3): every decision of a scope carries round(ema, 6)
+            key = (d.action, d.level, rounded, d.dominant_signal, d.detector, d.rule_name, d.instruction,
                    d.expires_at_us)
             if key != st.published:
                 st.published = key
@@ -792,10 +807,10 @@ class Engine:
         )
 
     # -- decisions -------------------------------------------------------------------------------
-    def decision_for(self, st: ScopeState, confidence: float = -1.0) -> Decision:
+    def decision_for(self, st: ScopeState, confidence: float = -1.0, now_us: int = -1) -> Decision:
         """The scope's decision: its escalation level, strengthened by any enforced blocking rule tripped on it.
-        ``confidence``: ``round(st.confidence, 6)`` when the caller has it already."""
-        cfg = self.cfg_for(st.virtual_key)
+        ``confidence``: ``round(st.confidence, 6)`` when the caller has it already; ``now_us``: when it is made
+        (-1: the clock; a cycle passes its own time)."""
         action = LEVEL_ACTION[st.level]
         if confidence < 0.0:
             confidence = round_unit(st.confidence, 6)
@@ -804,8 +819,8 @@ class Engine:
             confidence=confidence, dominant_signal=st.dominant,
             detector="confidence" if action != "allow" else "none",
             reason=REASON_LOOP if action == "block" else "",
-            delay_seconds=float(cfg.throttle_delay_seconds) if action == "throttle" else 0.0,
-            instruction=st.instruction if action == "inject" else "",
+            delay_seconds=float(self.cfg_for(st.virtual_key).throttle_delay_seconds) if action == "throttle" else 0.0,
+            instruction=st.instruction if action == "inject" else "", updated_us=now_us,
         )
         if not st.trips:
             return base
@@ -819,7 +834,7 @@ class Engine:
                 scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action="block", level=st.level,
                 confidence=confidence, dominant_signal=st.dominant, detector=trip.detector,
                 reason=trip.detector, rule_name=trip.rule,
-                expires_at_us=trip.expires_ns // 1000 if trip.expires_ns else 0,
+                expires_at_us=trip.expires_ns // 1000 if trip.expires_ns else 0, updated_us=now_us,
             ))
         best = strongest(candidates)
         assert best is not None
