@@ -67,6 +67,7 @@ DELETE_STORED = """
 INSERT INTO otel.loop_state SELECT * REPLACE (1 AS deleted, {v:UInt64} AS version)
 FROM (SELECT * FROM otel.loop_state FINAL WHERE scope = {scope:String} AND scope_id IN {ids:Array(String)} AND deleted = 0)
 """
+DELETE_CHUNK = 10_000  # ids per DELETE_STORED statement
 DELETE_ALL_STATES = """
 INSERT INTO otel.loop_state SELECT * REPLACE (1 AS deleted, {v:UInt64} AS version)
 FROM (SELECT * FROM otel.loop_state FINAL WHERE deleted = 0)
@@ -318,8 +319,10 @@ class DetectorJob:
             by_scope: dict[str, list[str]] = defaultdict(list)
             for scope, scope_id in stale:
                 by_scope[scope].append(scope_id)
-            for scope, ids in by_scope.items():
-                self.store.command(DELETE_STORED, {"scope": scope, "ids": ids, "v": version})
+            for scope, ids in by_scope.items():  # (after a long downtime, maybe most of the sessions: in chunks)
+                for start in range(0, len(ids), DELETE_CHUNK):
+                    self.store.command(DELETE_STORED, {"scope": scope, "ids": ids[start:start + DELETE_CHUNK],
+                                                       "v": version})
             for scope, scope_id in gone:
                 self.book.drop(scope, scope_id)
             insert_rows(self.store, "otel.loop_decisions",

@@ -77,7 +77,8 @@ def _live_sessions(store) -> int:
     return store.rows(COUNT_SESSIONS)[0]["n"]
 
 
-def test_restart_resumes_returning_sessions_and_expires_the_rest(tmp_path):
+def test_restart_resumes_returning_sessions_and_expires_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr("detector.job.DELETE_CHUNK", 2)  # three sessions and three traces expire: in chunks
     config = parse_config({"loop_detection": {"session_timeout_minutes": 30}})
     store = RecordingStore(tmp_path)
     apply_schema(store)
