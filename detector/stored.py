@@ -23,12 +23,11 @@ from typing import Any
 Key = tuple[str, str]  # (scope, scope_id)
 
 # Live scopes of this shard (sessions and their traces by the session's hash, keys and features on every shard,
-# as in the cycle's query) with the last time a call touched them. ``last_seen_us`` is the processing time the
-# engine evicts by, kept in the state's JSON; a state without it falls back to its last call's span time.
+# as in the cycle's query) with the last time their state was written: a checkpoint writes a scope's state
+# within ``checkpoint_seconds`` of its last call, so this is the engine's ``last_seen_us`` (what it evicts by)
+# give or take that, and a column: the state JSON, kilobytes a scope, is not read.
 SELECT_STORED_SCOPES = """
-SELECT scope, scope_id, session_id,
-       if(JSONExtractInt(state, 'last_seen_us') > 0, JSONExtractInt(state, 'last_seen_us'),
-          toUnixTimestamp64Micro(last_activity)) AS last_seen_us
+SELECT scope, scope_id, session_id, toUnixTimestamp64Micro(updated_at) AS last_seen_us
 FROM otel.loop_state FINAL
 WHERE deleted = 0
   AND (scope IN ('key', 'feature') OR cityHash64(session_id) % {shards:UInt32} = {shard:UInt32})
