@@ -148,13 +148,14 @@ class BudgetTracker:
                 scope_id = feature if scope == "feature" else session_id if scope == "session" else virtual_key
                 if not scope_id:
                     continue
-                totals = self.totals.get((scope, scope_id))
+                key = (scope, scope_id)
+                totals = self.totals.get(key)
                 if totals is None:
-                    totals = self.totals[(scope, scope_id)] = {}
+                    totals = self.totals[key] = {}
                 if cost_usd > 0:
                     for pk in keys:
                         totals[pk] = totals.get(pk, 0.0) + cost_usd
-                    self.dirty.add((scope, scope_id))
+                    self.dirty.add(key)
                     self.generation += 1
                 for budget in self.budgets:
                     if budget.scope != scope or budget.match not in ("*", scope_id):
