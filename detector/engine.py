@@ -229,9 +229,14 @@ class ScopeState:
         state.last_seen_us = int(data.get("last_seen_us", 0))
         return state
 
-    def to_row(self, version: int) -> dict[str, Any]:
+    def state_json(self) -> str:
+        """What ``loop_state.state`` holds: :meth:`to_json`, serialized."""
         import orjson
 
+        return orjson.dumps(self.to_json()).decode()
+
+    def to_row(self, version: int) -> dict[str, Any]:
+        """This state as a ``loop_state`` row (the job writes many at once: :func:`detector.tables.state_table`)."""
         return {
             "scope": self.scope,
             "scope_id": self.scope_id,
@@ -246,7 +251,7 @@ class ScopeState:
             "cost_usd": self.cost_usd,
             "first_seen": ns_to_ch(self.first_ns),
             "last_activity": ns_to_ch(self.last_ns),
-            "state": orjson.dumps(self.to_json()).decode(),
+            "state": self.state_json(),
             "version": version,
         }
 

@@ -27,7 +27,7 @@ from detector.engine import CycleOutput, Engine, ScopeState
 from detector.models import CALL_COLUMNS, Call
 from detector.store import Store, insert_rows
 from detector.stored import SELECT_STORED_SCOPES, Key, StoredIndex
-from detector.tables import decision_table, event_table, score_table
+from detector.tables import decision_table, event_table, score_table, state_table
 
 log = logging.getLogger("loop_detector.detector")
 
@@ -249,7 +249,8 @@ class DetectorJob:
                 return 0
             version = self.version()
             live = [st for key, st in self._unsaved_scopes().items() if self.engine.states.get(key) is st]
-            insert_rows(self.store, "otel.loop_state", (st.to_row(version) for st in live))
+            if live:
+                self.store.insert_arrow("otel.loop_state", state_table(live, version))
             self.engine.budgets.prune(self.watermark_us)
             save_totals(self.store, self.engine.budgets, self._shard_key, version)
             insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("checkpoint"),
@@ -310,12 +311,8 @@ class DetectorJob:
                 except Exception:
                     log.exception("eviction observer failed")
             version = self.version()
-            rows = []
-            for st in removed:
-                row = st.to_row(version)
-                row["deleted"] = 1
-                rows.append(row)
-            insert_rows(self.store, "otel.loop_state", rows)
+            if removed:
+                self.store.insert_arrow("otel.loop_state", state_table(removed, version, deleted=True))
             by_scope: dict[str, list[str]] = defaultdict(list)
             for scope, scope_id in stale:
                 by_scope[scope].append(scope_id)
@@ -339,7 +336,7 @@ class DetectorJob:
             self._load_missing_scope(scope, scope_id)
             st = self.engine.reset(scope, scope_id)
             version = self.version()
-            insert_rows(self.store, "otel.loop_state", [st.to_row(version)])
+            self.store.insert_arrow("otel.loop_state", state_table([st], version))
             decision = self.engine.decision_for(st)
             insert_rows(self.store, "otel.loop_decisions", [decision.to_row(version)])
             self.book.put([decision])

@@ -1,15 +1,16 @@
 """The detector's Arrow writes (detector.tables) store exactly what the JSONEachRow rows they replace stored:
-per-call scores, events (with their signals map) and decisions (with and without an expiry)."""
+per-call scores, events (with their signals map), decisions (with and without an expiry) and scope states."""
 
 from __future__ import annotations
 
 import pytest
 
+from detector.config import AppConfig, Rule
 from detector.decisions import Decision
-from detector.engine import ScoreColumns, ScoreRow, score_dict
+from detector.engine import Engine, ScoreColumns, ScoreRow, score_dict
 from detector.events import event_row
 from detector.store import ChdbStore, apply_schema, insert_rows
-from detector.tables import decision_table, event_table, score_table
+from detector.tables import decision_table, event_table, score_table, state_table
 
 AWKWARD = ["plain", "it's", "a\\b", "tab\there", "ünï😀", ""]
 T0 = 1_780_000_000 * 10**9
@@ -24,8 +25,8 @@ def store(tmp_path_factory):
 
 
 def read_back(store, table: str, order: str) -> list[dict]:
-    rows = store.rows(f"SELECT * EXCEPT (inserted_at) FROM {table} ORDER BY {order}" if table != "otel.loop_decisions"
-                      else f"SELECT * EXCEPT (updated_at) FROM {table} ORDER BY {order}")
+    written_at = "updated_at" if table in ("otel.loop_decisions", "otel.loop_state") else "inserted_at"
+    rows = store.rows(f"SELECT * EXCEPT ({written_at}) FROM {table} ORDER BY {order}")
     store.command(f"TRUNCATE TABLE {table}")
     return rows
 
@@ -72,3 +73,20 @@ def test_decisions_as_arrow_store_what_json_rows_stored(store):
     store.insert_arrow("otel.loop_decisions", decision_table(decisions, 42))
     assert read_back(store, "otel.loop_decisions", "scope, scope_id") == from_json
     assert len(from_json) == len(decisions)
+
+
+def test_states_as_arrow_store_what_json_rows_stored(store):
+    from tests.test_engine import looping
+
+    engine = Engine(AppConfig(rules=[Rule(name="fail", detector="failure_loop")]))  # trips: state JSON with rules
+    for i, text in enumerate(AWKWARD):
+        engine.process(looping(3 + i, session=f"s-{text}", trace=f"t-{text}", key=text))
+    states = list(engine.states.values())
+    assert any(st.level != "none" for st in states) and any(st.trips for st in states)
+    for deleted in (False, True):
+        rows = [{**st.to_row(7), "deleted": int(deleted)} for st in states]
+        insert_rows(store, "otel.loop_state", rows)
+        from_json = read_back(store, "otel.loop_state", "scope, scope_id")
+        store.insert_arrow("otel.loop_state", state_table(states, 7, deleted=deleted))
+        assert read_back(store, "otel.loop_state", "scope, scope_id") == from_json
+        assert len(from_json) == len(states) and {r["deleted"] for r in from_json} == {int(deleted)}
