@@ -593,9 +593,9 @@ class Engine:
         out.decisions = self._changed_decisions(out.dirty, now_us)
         return out
 
-    def _changed_decisions(self, states: Iterable[ScopeState], now_us: int = -1) -> list[Decision]:
+    def _changed_decisions(self, states: Iterable[ScopeState], now_us: int) -> list[Decision]:
         """Decisions that differ from what each scope last published (only those need writing), as of
-        ``now_us`` (-1: the clock)."""
+        ``now_us``."""
         changed = []
         for st in states:
             if st.calls == 0 and not st.trips and st.published is None:

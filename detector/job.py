@@ -280,11 +280,8 @@ class DetectorJob:
         self._load([k for k in wanted if k in self.stored] if self._sole_writer else list(wanted))
 
     def _load(self, keys: list[Key]) -> None:
-        by_scope: dict[str, list[str]] = defaultdict(list)
-        for scope, scope_id in keys:
-            by_scope[scope].append(scope_id)
         depth = self.config.loop_detection.history_depth
-        for scope, ids in by_scope.items():
+        for scope, ids in _ids_by_scope(keys).items():
             rows = self.store.rows(SELECT_STATES, {"scope": scope, "ids": ids})
             self.engine.adopt(ScopeState.from_row(r, depth) for r in rows)
         self.stored.discard(keys)
@@ -313,10 +310,7 @@ class DetectorJob:
             version = self.version()
             if removed:
                 self.store.insert_arrow("otel.loop_state", state_table(removed, version, deleted=True))
-            by_scope: dict[str, list[str]] = defaultdict(list)
-            for scope, scope_id in stale:
-                by_scope[scope].append(scope_id)
-            for scope, ids in by_scope.items():  # (after a long downtime, maybe most of the sessions: in chunks)
+            for scope, ids in _ids_by_scope(stale).items():  # (after a long downtime, maybe most sessions: in chunks)
                 for start in range(0, len(ids), DELETE_CHUNK):
                     self.store.command(DELETE_STORED, {"scope": scope, "ids": ids[start:start + DELETE_CHUNK],
                                                        "v": version})
@@ -363,3 +357,11 @@ class DetectorJob:
             version = self.version()
             self.store.command(DELETE_ALL_STATES, {"v": version})
             self.store.command(RESET_ALL_DECISIONS, {"v": version})
+
+
+def _ids_by_scope(keys: list[Key]) -> dict[str, list[str]]:
+    """``(scope, scope_id)`` keys as the ids of each scope (the statements take one scope's ids at a time)."""
+    by_scope: dict[str, list[str]] = defaultdict(list)
+    for scope, scope_id in keys:
+        by_scope[scope].append(scope_id)
+    return by_scope
