@@ -1,6 +1,6 @@
 """Build step: compile the detection core with mypyc (see ``detector/native.py``); metadata is in pyproject.toml.
 
-The core's modules (``detector.native.CORE_MODULES``) are compiled to C extensions when mypyc and a C compiler
+The ``detector.core`` package (every module of it: ``detector.native.CORE_MODULES``) is compiled to C extensions when mypyc and a C compiler
 are available. When they are not, or ``LOOP_DETECTOR_PURE_PYTHON=1`` is set, the package installs as plain
 Python, which works the same, only slower; the build says so. Beside the extensions it records the SHA-256 of
 each compiled source, so that an edited source is never shadowed by an old extension.
@@ -18,6 +18,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+CORE_DIR = ROOT / "detector" / "core"
 _spec = importlib.util.spec_from_file_location("_native", ROOT / "detector" / "native.py")
 native = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(native)  # type: ignore[union-attr]
@@ -41,14 +42,14 @@ class BuildCore(build_ext):
             warn(f"compiling the core failed ({exc})")
             self.extensions = []
             return
-        target = ROOT / "detector" if self.inplace else Path(self.build_lib) / "detector"
+        target = CORE_DIR if self.inplace else Path(self.build_lib) / "detector" / "core"
         target.mkdir(parents=True, exist_ok=True)
-        (target / native.MANIFEST).write_text(json.dumps(native.source_digests(ROOT / "detector"), indent=1) + "\n")
+        (target / native.MANIFEST).write_text(json.dumps(native.source_digests(CORE_DIR), indent=1) + "\n")
 
     def get_outputs(self) -> list[str]:
         outputs = super().get_outputs()
         if self.extensions and not self.inplace:
-            outputs.append(str(Path(self.build_lib) / "detector" / native.MANIFEST))
+            outputs.append(str(Path(self.build_lib) / "detector" / "core" / native.MANIFEST))
         return outputs
 
 
@@ -61,7 +62,7 @@ def core_extensions() -> list:
     except ImportError:
         warn("mypyc is not installed")
         return []
-    sources = [f"detector/{name}.py" for name in native.CORE_MODULES]
+    sources = [f"detector/core/{name}.py" for name in native.core_modules(CORE_DIR)]
     try:
         return mypycify([*MYPY_ARGS, *sources], opt_level="3", group_name=native.GROUP)
     except (SystemExit, Exception) as exc:  # mypyc exits on a type error

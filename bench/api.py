@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from detector.sdk import LoopBlockedError, LoopGuard, pending_request  # noqa: E402
-from detector.server import free_port  # noqa: E402
+from detector.service.process import free_port  # noqa: E402
 
 ADMIN_TOKEN = "bench-admin-token-0123456789"
 REPEATS = 3
@@ -166,7 +166,7 @@ def overshoot_trial(api: str, otlp: str, rate: float, with_pending: bool, max_ca
     """One looping agent; returns (calls sent, the attempt at which it was refused)."""
     import uuid
 
-    from detector.simulate import Step, emit_step, otlp_tracer, start_run
+    from detector.evaluation.simulate import Step, emit_step, otlp_tracer, start_run
 
     session = f"loop-{uuid.uuid4().hex[:8]}"
     messages = [{"role": "user", "content": "Deploy the service again."}]

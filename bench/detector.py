@@ -30,10 +30,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detector import native  # noqa: E402
-from detector.config import AppConfig  # noqa: E402
-from detector.decisions import DecisionBook  # noqa: E402
-from detector.job import DetectorJob  # noqa: E402
-from detector.store import ChdbStore, apply_schema  # noqa: E402
+from detector.core.decisions import DecisionBook  # noqa: E402
+from detector.detection.job import DetectorJob  # noqa: E402
+from detector.settings.config import AppConfig  # noqa: E402
+from detector.storage.schema import apply_schema
+from detector.storage.transport import ChdbStore
 
 # History generated in SQL: N calls over 100,000 sessions (never scanned by a cycle if pruning works).
 FILL_HISTORY = """

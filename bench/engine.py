@@ -28,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detector import native  # noqa: E402
-from detector.config import AppConfig  # noqa: E402
-from detector.engine import Engine, span_order  # noqa: E402
-from detector.models import Call  # noqa: E402
+from detector.core.engine import Engine, span_order  # noqa: E402
+from detector.core.models import Call  # noqa: E402
+from detector.settings.config import AppConfig  # noqa: E402
 
 T0 = 1_780_000_000 * 10**9
 
@@ -65,7 +65,7 @@ def measure(sessions: int, cycles: int) -> dict[str, float]:
     batches = [sorted(cycle_calls(r, sessions), key=span_order) for r in range(cycles)]
     engine = Engine(AppConfig())
     seconds = []
-    gc.disable()  # as the detector job runs its cycles (detector.collector)
+    gc.disable()  # as the detector job runs its cycles (detector.detection.gc_policy)
     for batch in batches:
         t = time.perf_counter()
         engine.process(batch, now_us=T0 // 1000)

@@ -49,9 +49,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
 
-from detector.config import IngestSettings  # noqa: E402
 from detector.ingest.otlp import TRACES_TABLE, decode_protobuf  # noqa: E402
-from detector.store import encode_rows  # noqa: E402
+from detector.settings.config import IngestSettings  # noqa: E402
+from detector.storage.transport import encode_rows  # noqa: E402
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -164,7 +164,8 @@ def serve(data_dir: str) -> None:
     from starlette.routing import Route
 
     from detector.ingest.receiver import IngestMetrics, create_otlp_app
-    from detector.store import ChdbStore, apply_schema
+    from detector.storage.schema import apply_schema
+    from detector.storage.transport import ChdbStore
 
     store = ChdbStore(data_dir)
     apply_schema(store)
@@ -272,7 +273,8 @@ def decode_all(bodies: list[bytes], now_ns: int) -> tuple[float, list[pa.Table],
 def raw_insert(tables: list[pa.Table], bodies: list[bytes], now_ns: int) -> dict[str, float]:
     """Seconds to insert the tables one by one into otel.otel_traces (MV included), into a copy of the
     table without the MV, and the same rows as JSONEachRow (MV included); and the rows the first wrote."""
-    from detector.store import ChdbStore, apply_schema
+    from detector.storage.schema import apply_schema
+    from detector.storage.transport import ChdbStore
 
     with tempfile.TemporaryDirectory(prefix="bench-raw-") as data_dir:
         store = ChdbStore(data_dir)

@@ -1,3 +1,3 @@
-from detector.cli import main
+from detector.cli.main import main
 
 raise SystemExit(main())

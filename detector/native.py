@@ -1,8 +1,8 @@
 """The compiled detection core: which modules ``setup.py`` compiles with mypyc, and whether they are in use.
 
-A detection cycle scores every new call in pure Python, call by call (see :mod:`detector.window`). At 10,000
-new calls a cycle, interpreting that code was most of the cycle's time, so the install compiles the core's
-modules to C extensions with `mypyc <https://mypyc.readthedocs.io>`_: the same source, type-checked, run
+A detection cycle scores every new call in pure Python, call by call (see :mod:`detector.core.window`). At 10,000
+new calls a cycle, interpreting that code was most of the cycle's time, so the install compiles the
+:mod:`detector.core` package (pure, no I/O: every module of it) to C extensions with `mypyc <https://mypyc.readthedocs.io>`_: the same source, type-checked, run
 about twice as fast. Nothing else changes: every module stays plain, readable Python, and the Python source
 is always there to fall back to.
 
@@ -29,23 +29,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-# The pure, per-call modules (no I/O; config and store are only imported by them, never compiled).
-CORE_MODULES: tuple[str, ...] = (
-    "models", "signals", "window", "scoring", "escalation", "rules", "engine", "budgets", "decisions", "events",
-    "tables",
-)
-PACKAGE = "detector"
-GROUP = "detector._core"  # the extensions' shared library: detector/_core__mypyc.*.so
+PACKAGE = "detector.core"  # compiled whole: every module of the package (what it imports is not compiled)
+GROUP = "detector.core._compiled"  # the extensions' shared library: detector/core/_compiled__mypyc.*.so
 MANIFEST = "_native_manifest.json"
 PURE_ENV = "LOOP_DETECTOR_PURE_PYTHON"
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent / "core"
+
+
+def core_modules(package_dir: Path = _PACKAGE_DIR) -> tuple[str, ...]:
+    """The core package's modules (``__init__`` aside), by name, sorted."""
+    return tuple(sorted(p.stem for p in package_dir.glob("*.py") if p.stem != "__init__"))
+
+
+CORE_MODULES: tuple[str, ...] = core_modules()
 _status = "pure: not compiled"
 
 
 def source_digests(package_dir: Path) -> dict[str, str]:
     """SHA-256 of each core module's source (what ``setup.py`` records at build time)."""
-    return {name: hashlib.sha256((package_dir / f"{name}.py").read_bytes()).hexdigest() for name in CORE_MODULES}
+    return {name: hashlib.sha256((package_dir / f"{name}.py").read_bytes()).hexdigest()
+            for name in core_modules(package_dir)}
 
 
 def _compiled(package_dir: Path) -> bool:
@@ -58,7 +62,7 @@ def _stale(package_dir: Path) -> list[str]:
     try:
         built = json.loads((package_dir / MANIFEST).read_text())
     except (OSError, ValueError):
-        return list(CORE_MODULES)
+        return list(core_modules(package_dir))
     return [name for name, digest in source_digests(package_dir).items() if built.get(name) != digest]
 
 
@@ -67,7 +71,7 @@ class _SourceFinder:
 
     def __init__(self, package_dir: Path) -> None:
         self.package_dir = package_dir
-        self.names = {f"{PACKAGE}.{name}" for name in CORE_MODULES}
+        self.names = {f"{PACKAGE}.{name}" for name in core_modules(package_dir)}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:

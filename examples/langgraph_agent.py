@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         api, otlp = args.loop_detector, args.otlp
         if api is None:
-            from detector.config import AppConfig
-            from detector.server import running_service
+            from detector.service.process import running_service
+            from detector.settings.config import AppConfig
 
             config = AppConfig()
             config.detector.interval_seconds = 0.2

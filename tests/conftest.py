@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from detector.config import AppConfig
+from detector.settings.config import AppConfig
 
 
 @pytest.fixture()

@@ -47,8 +47,14 @@ import orjson
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from detector.config import IngestSettings
 from detector.ingest.spans import NS_PER_SECOND, SpanBatch
+from detector.settings.config import IngestSettings
+
+__all__ = [
+    "DecodeResult", "MAX_REJECT_EXAMPLES", "MAX_RENDERED_ENTRIES", "MAX_RENDERED_KEY_BYTES", "OTLPDecodeError",
+    "SPAN_KINDS", "STATUS_CODES", "TRACES_TABLE", "attrs_json", "attrs_pb", "decode_json", "decode_protobuf",
+    "gc_paused", "go_float", "parse_protobuf", "rows_from_request", "value_str_json", "value_str_pb",
+]
 
 TRACES_TABLE = "otel.otel_traces"
 
@@ -223,8 +229,8 @@ def attrs_pb(kvs: Iterable[Any]) -> dict[str, str]:
 # -- garbage collection -----------------------------------------------------------------------------
 #
 # Decoding allocates a few dicts per span; with the collector on, CPython's generational collections
-# triggered by those allocations cost more than the decoding itself (measured: 34 -> 21 us per GenAI
-# span). The rows hold no reference cycles (plain dicts, lists and strings freed by refcount), so the
+# triggered by those allocations cost more than the decoding itself (``docs/benchmarks.md``, "Ingest"). The
+# rows hold no reference cycles (plain dicts, lists and strings freed by refcount), so the
 # collector is paused while a request is decoded and re-enabled when the last decoder finishes.
 
 _gc_lock = threading.Lock()

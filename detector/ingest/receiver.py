@@ -46,9 +46,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from detector.config import IngestSettings
 from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf, gc_paused
-from detector.store import Store
+from detector.settings.config import IngestSettings
+from detector.storage.transport import Store
+
+__all__ = [
+    "CODE_INVALID_ARGUMENT", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "GroupCommitter", "IngestMetrics",
+    "JSON", "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "inflate_limited",
+]
 
 log = logging.getLogger("loop_detector.ingest")
 

@@ -1,9 +1,9 @@
 """Decoded spans as the columns of ``otel.otel_traces``, handed to the store as one Arrow table.
 
-Why columns, and why Arrow: chDB parses a GenAI span sent as JSONEachRow (1-2 KB of escaped JSON:
-the messages are JSON inside a JSON string) in about 30 us, which alone held the insert under 30,000
-spans/s on one core. It reads the same span from an Arrow table in about 4 us (measured on the bench
-workload, ``bench/ingest.py``). Building the table costs the decoder about what ``orjson`` did, because
+Why columns, and why Arrow: chDB parses a GenAI span sent as JSONEachRow (1-2 KB of escaped JSON: the
+messages are JSON inside a JSON string) several times slower than it reads the same span from an Arrow table,
+and that parse alone bounded the insert rate (``docs/benchmarks.md``, "Ingest"). Building the table costs the
+decoder about what ``orjson`` did, because
 the decoder appends straight into these lists: no dict is built per span, the resource attributes are
 converted once per resource (not once per span), and timestamps stay integers (Arrow ``timestamp[ns]``
 is ClickHouse's ``DateTime64(9)``).
@@ -18,6 +18,11 @@ import time
 from typing import Any
 
 import pyarrow as pa
+
+__all__ = [
+    "Event", "Link", "MAX_DATETIME64_NS", "NS_PER_SECOND", "SpanBatch", "TRACES_COLUMNS", "TRACES_SCHEMA",
+    "format_timestamp",
+]
 
 NS_PER_SECOND = 1_000_000_000
 # DateTime64(9) ends at 2262-04-11 23:47:16.854775807: later event timestamps are clamped to it.

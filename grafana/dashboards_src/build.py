@@ -41,7 +41,7 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "dashboards"
 TAGS = ["loop-detector"]
 
 # Kept literal (not imported from the detector) so the dashboards build without the package; the
-# tests check them against detector.escalation.LEVELS and detector.config.SIGNAL_NAMES.
+# tests check them against detector.core.escalation.LEVELS and detector.settings.config.SIGNAL_NAMES.
 LEVELS = ("none", "warn", "throttle", "inject", "hard_stop")
 SIGNALS = ("content_similarity", "tool_call_repetition", "response_stagnation", "error_cycling",
            "token_velocity", "context_growth", "cost_velocity")

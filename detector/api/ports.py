@@ -1,0 +1,86 @@
+"""What the HTTP routes need from the running service: a small ``Protocol``, so the API layer depends on it and
+not on the process wiring (:class:`detector.service.process.Service` implements it).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from detector.api.metrics import Metrics
+from detector.enforcement.enforcer import Enforcer
+from detector.enforcement.manual import ManualActions
+from detector.enforcement.policy import PolicyOverrides
+from detector.settings.config import AppConfig
+from detector.storage.transport import Store
+
+__all__ = ["DetectionStatus", "ServicePort"]
+
+
+class DetectionStatus(Protocol):
+    """The detection job as the routes see it: its progress, and counts for the stats."""
+
+    @property
+    def watermark_us(self) -> int: ...
+
+    @property
+    def cycles(self) -> int: ...
+
+    @property
+    def evicted_total(self) -> int: ...
+
+    @property
+    def last_cycle_seconds(self) -> float: ...
+
+
+class ServicePort(Protocol):
+    """The service as the API's routes use it."""
+
+    @property
+    def config(self) -> AppConfig: ...
+
+    @property
+    def config_path(self) -> str | None: ...
+
+    @property
+    def admin_token(self) -> str: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    @property
+    def store(self) -> Store: ...  # the session views read it (SELECT only)
+
+    @property
+    def job(self) -> DetectionStatus: ...
+
+    @property
+    def enforcer(self) -> Enforcer: ...
+
+    @property
+    def manual(self) -> ManualActions: ...
+
+    @property
+    def policy(self) -> PolicyOverrides: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    def pending_windows(self) -> int:
+        """Pending-call windows held for pre-flight checks."""
+        ...
+
+    def estimated_memory_bytes(self) -> int:
+        """Scope states, pending-call windows and budget totals held in memory (an estimate)."""
+        ...
+
+    def reset_session(self, session_id: str) -> list[str] | None:
+        """Fresh state for a session and its traces; the traces reset, or None when the session is unknown."""
+        ...
+
+    def reload(self) -> list[str]:
+        """Reload the config file; every error, or [] when it applied."""
+        ...
+
+    def apply_config(self, config: AppConfig) -> None: ...
+
+    def apply_budgets(self, config: AppConfig) -> None: ...

@@ -1,0 +1,145 @@
+"""The ``loop-detector`` command line: serve, demo, check-config, and the operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from detector import native
+from detector.settings.config import ConfigError, load_config
+
+__all__ = ["DEFAULT_DATA_DIR", "build_parser", "main"]
+
+DEFAULT_DATA_DIR = ".loop-detector"
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from detector.service.logs import configure_logging
+    from detector.service.process import Service
+
+    configure_logging(args.log_level)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
+        return 2
+    if args.shard:
+        config.detector.shard = args.shard
+    service = Service(config, args.data_dir, config_path=args.config)
+    print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
+          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}; "
+          f"detection core: {native.status()}", file=sys.stderr)
+    try:
+        asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        load_config(args.file)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.file}: OK")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from detector.cli.demo import run_demo
+
+    return run_demo(endpoint=args.endpoint, otlp_endpoint=args.otlp_endpoint, calls=args.calls,
+                    color=not args.no_color)
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    from detector.cli.session_commands import resolve_token, run_sessions
+
+    return run_sessions(args.endpoint, resolve_token(args.token, args.data_dir), args.limit, args.offset,
+                        not args.no_color)
+
+
+def _cmd_session(args: argparse.Namespace) -> int:
+    from detector.cli.session_commands import resolve_token, run_session
+
+    return run_session(args.endpoint, resolve_token(args.token, args.data_dir), args.session_id, not args.no_color)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from detector.evaluation.evaluate import run_cli
+
+    return run_cli(args)
+
+
+def _add_admin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint", default="http://127.0.0.1:8080", help="the service's API (default %(default)s)")
+    p.add_argument("--token", help="admin token (default: $LOOP_DETECTOR_ADMIN_TOKEN or <data-dir>/admin-token)")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    p.add_argument("--no-color", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loop-detector", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the OTLP receiver, the detector and the API in one process")
+    serve.add_argument("--config", help="YAML config file (defaults apply without one)")
+    serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded store directory (default %(default)s)")
+    serve.add_argument("--otlp-port", type=int, default=4318)
+    serve.add_argument("--api-port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
+    serve.add_argument("--log-level", default="INFO")
+    serve.set_defaults(func=_cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a config file, listing every error")
+    check.add_argument("file")
+    check.set_defaults(func=_cmd_check_config)
+
+    demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")
+    demo.add_argument("--endpoint", help="API of a running service (default: start one in-process)")
+    demo.add_argument("--otlp-endpoint", help="OTLP/HTTP endpoint of that service (default: same host, :4318)")
+    demo.add_argument("--calls", type=int, default=14)
+    demo.add_argument("--no-color", action="store_true")
+    demo.set_defaults(func=_cmd_demo)
+
+    sessions = sub.add_parser("sessions", help="tracked sessions: level, confidence, dominant signal")
+    _add_admin_args(sessions)
+    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--offset", type=int, default=0)
+    sessions.set_defaults(func=_cmd_sessions)
+
+    session = sub.add_parser("session", help="one session: escalation timeline and signals")
+    _add_admin_args(session)
+    session.add_argument("session_id")
+    session.set_defaults(func=_cmd_session)
+
+    ev = sub.add_parser("eval", help="replay a labeled corpus of agent runs through the real pipeline: recall, "
+                        "false positives and detection delay, beside published baselines")
+    ev.add_argument("--corpus", help="directory of scenario JSON files (default: the built-in generated corpus)")
+    ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
+    ev.add_argument("--json", help="also write the results as JSON to this file")
+    ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")
+    ev.add_argument("--seed", type=int, help="seed of the built-in corpus (default: the published one)")
+    ev.add_argument("--variants", type=int, help="runs per family in the built-in corpus (default 8)")
+    ev.add_argument("--families", help="comma-separated families to keep (default: all)")
+    ev.add_argument("--no-blocking-pass", action="store_true",
+                    help="skip the second pass with blocking rules (exact prompt repeat, failure loop) enabled")
+    ev.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.set_defaults(func=_cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""Published loop-detection rules, re-implemented as baselines for ``loop-detector eval``.
+
+Each baseline is implemented from the *published behaviour* of a product or project (its documentation
+or source), not from loop-detector's code, and is labeled as such in every table:
+
+- :class:`~detector.evaluation.baselines.tokenpolice.ExactPromptRepeat`: TokenPolice's "exact prompt repeat" loop
+  rule with its documented defaults (``shared/seeds/001``): the same prompt 3 times in a row, or a 2- or
+  3-step prompt cycle twice, within the trace's last 20 calls;
+- :class:`~detector.evaluation.baselines.tool_repeat.SameToolCallThrice`: "three or more spans with the same tool name
+  and arguments in a conversation";
+- :class:`~detector.evaluation.baselines.openhands.StuckDetector`: the OpenHands ``StuckDetector`` conditions "four
+  identical action/observation pairs in a row" and "three identical actions, each ending in an error".
+
+They all read the same data, call by call: the :class:`Step` records built from the rows the real
+pipeline stored (``otel.genai_calls``, plus the exact output / tool-result hashes from
+``otel.otel_traces``), i.e. exactly what the spans carried, with or without content capture. Each
+baseline has one action: when it fires, it would notify or block (whichever it is configured for), so
+the evaluation counts a firing both at "warn" and at "block".
+"""
+
+from __future__ import annotations
+
+from detector.evaluation.baselines.openhands import StuckDetector
+from detector.evaluation.baselines.step import Baseline, Step, ToolRun
+from detector.evaluation.baselines.tokenpolice import ExactPromptRepeat
+from detector.evaluation.baselines.tool_repeat import SameToolCallThrice
+
+__all__ = ["Baseline", "Step", "ToolRun", "all_baselines"]
+
+
+def all_baselines() -> list[Baseline]:
+    """A fresh instance of every baseline (state is per instance: one instance per evaluated run)."""
+    return [ExactPromptRepeat(), SameToolCallThrice(), StuckDetector()]

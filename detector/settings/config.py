@@ -1,0 +1,318 @@
+"""Configuration: one YAML file, validated by pydantic v2 models, every error reported at once.
+
+The ``loop_detection:`` block is the spec's gateway block, field for field, with its ranges and its
+cross-field rules (thresholds strictly ascending, consecutive counts non-decreasing, weights in
+[0, 1] summing to 1 +- 0.001). Per-virtual-key override blocks merge field by field over it and
+are validated exactly like it. Rules, budgets, prices and the process settings sit beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from detector.settings.rule_params import validate_params
+from detector.settings.vocabulary import (
+    BUDGET_ALERT,
+    DETECTOR_EXACT_PROMPT_REPEAT,
+    DETECTOR_TRACE_CAP,
+    EVENT_BUDGET,
+    EVENT_ESCALATION,
+    EVENT_RULE,
+    LEVEL_HARD_STOP,
+    MODE_ENFORCE,
+    RULE_NOTIFY,
+    SIGNAL_NAMES,
+    AlertEventKind,
+    BudgetAction,
+    BudgetScope,
+    RuleAction,
+    RuleDetector,
+    RuleMode,
+)
+
+__all__ = [
+    "ApiSettings", "AppConfig", "Budget", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "IngestSettings",
+    "KeyOverride", "LoopDetectionConfig", "Price", "Rule", "StoreSettings", "Thresholds", "WEIGHT_TOLERANCE",
+    "Webhook", "Weights", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
+]
+
+WEIGHT_TOLERANCE = 0.001
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class Thresholds(_Strict):
+    warn_confidence: float = Field(0.30, ge=0.0, le=1.0)
+    throttle_confidence: float = Field(0.50, ge=0.0, le=1.0)
+    inject_confidence: float = Field(0.70, ge=0.0, le=1.0)
+    hardstop_confidence: float = Field(0.90, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _strictly_ascending(self) -> Thresholds:
+        values = [self.warn_confidence, self.throttle_confidence, self.inject_confidence, self.hardstop_confidence]
+        if any(a >= b for a, b in zip(values, values[1:], strict=False)):
+            raise ValueError(
+                "thresholds must be strictly ascending: warn < throttle < inject < hardstop "
+                f"(got {values[0]} / {values[1]} / {values[2]} / {values[3]})"
+            )
+        return self
+
+
+class ConsecutiveCounts(_Strict):
+    warn: int = Field(3, ge=1, le=100)
+    throttle: int = Field(5, ge=1, le=100)
+    inject: int = Field(7, ge=1, le=100)
+    hardstop: int = Field(10, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _non_decreasing(self) -> ConsecutiveCounts:
+        values = [self.warn, self.throttle, self.inject, self.hardstop]
+        if any(a > b for a, b in zip(values, values[1:], strict=False)):
+            raise ValueError(
+                "consecutive_counts must be non-decreasing: warn <= throttle <= inject <= hardstop "
+                f"(got {values[0]} / {values[1]} / {values[2]} / {values[3]})"
+            )
+        return self
+
+
+class Weights(_Strict):
+    content_similarity: float = Field(0.25, ge=0.0, le=1.0)
+    tool_call_repetition: float = Field(0.20, ge=0.0, le=1.0)
+    response_stagnation: float = Field(0.15, ge=0.0, le=1.0)
+    token_velocity: float = Field(0.10, ge=0.0, le=1.0)
+    error_cycling: float = Field(0.15, ge=0.0, le=1.0)
+    context_growth: float = Field(0.10, ge=0.0, le=1.0)
+    cost_velocity: float = Field(0.05, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> Weights:
+        total = sum(self.as_dict().values())
+        if abs(total - 1.0) > WEIGHT_TOLERANCE:
+            raise ValueError(f"weights must sum to 1.0 (+-{WEIGHT_TOLERANCE}), got {total:.4f}")
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in SIGNAL_NAMES}
+
+
+class LoopDetectionConfig(_Strict):
+    """The spec's ``loop_detection:`` block."""
+
+    enabled: bool = True
+    session_timeout_minutes: int = Field(30, ge=1, le=1440)
+    max_sessions: int = Field(10_000, ge=100, le=1_000_000)
+    history_depth: int = Field(5, ge=2, le=50)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    consecutive_counts: ConsecutiveCounts = Field(default_factory=ConsecutiveCounts)
+    weights: Weights = Field(default_factory=Weights)
+    throttle_delay_seconds: float = Field(2, ge=1, le=30)
+    injection_strategy: Literal["system_prompt_append", "context_aware"] = "system_prompt_append"
+    ema_alpha: float = Field(0.3, ge=0.01, le=1.0)
+    eviction_interval_seconds: int = Field(60, ge=10, le=3600)
+    token_velocity_threshold: float = Field(10_000.0, gt=0, le=1e9)
+    cost_velocity_threshold: float = Field(0.5, gt=0, le=1e6)
+    break_instruction_template: str | None = Field(None, min_length=1, max_length=2000)
+    step_down_after: int = Field(5, ge=1, le=100)
+
+
+class KeyOverride(_Strict):
+    """Per-virtual-key settings: a partial ``loop_detection`` block, merged field by field."""
+
+    loop_detection: dict[str, Any] = Field(default_factory=dict)
+    tpm_limit: float | None = Field(None, gt=0, description="manual tokens-per-minute cap for the velocity breaker")
+
+
+class Rule(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    detector: RuleDetector
+    action: RuleAction = RULE_NOTIFY
+    mode: RuleMode = MODE_ENFORCE
+    enabled: bool = True
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _params_valid(self) -> Rule:
+        self.params = validate_params(self.detector, self.params)
+        return self
+
+
+class Budget(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    scope: BudgetScope
+    match: str = Field("*", description="the feature / session / key id, or * for each one separately")
+    limit_usd: float = Field(ge=0)
+    period: Literal["run", "day", "month"] = "month"
+    action: BudgetAction = BUDGET_ALERT
+
+
+class Price(_Strict):
+    input_per_million: float = Field(ge=0)
+    output_per_million: float = Field(ge=0)
+
+
+class DetectorSettings(_Strict):
+    interval_seconds: float = Field(1.0, gt=0, le=3600)
+    watermark_lag_seconds: float = Field(0.0, ge=0, le=600)
+    checkpoint_seconds: float = Field(5.0, ge=0, le=3600, description="how often scope state is persisted")
+    shard: str = Field("0/1", pattern=r"^\d+/\d+$")
+    max_calls_per_cycle: int = Field(200_000, ge=100)
+
+    @field_validator("shard")
+    @classmethod
+    def _shard_in_range(cls, value: str) -> str:
+        index, total = (int(x) for x in value.split("/"))
+        if total < 1 or index >= total:
+            raise ValueError(f"shard must be I/N with 0 <= I < N, got {value}")
+        return value
+
+    @property
+    def shard_index(self) -> int:
+        return int(self.shard.split("/")[0])
+
+    @property
+    def shard_count(self) -> int:
+        return int(self.shard.split("/")[1])
+
+
+class IngestSettings(_Strict):
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    max_future_skew_seconds: int = Field(3600, ge=1)
+    max_age_days: int = Field(30, ge=1)
+
+
+class StoreSettings(_Strict):
+    url: str | None = None
+    cluster: str | None = None
+
+
+class ApiSettings(_Strict):
+    admin_token: str | None = Field(None, min_length=16)
+    block_seconds: int = Field(60, ge=1, le=86400)
+
+
+class Webhook(_Strict):
+    url: str = Field(pattern=r"^https?://")
+    secret: str | None = None
+    min_level: Literal["warn", "throttle", "inject", "hard_stop"] = LEVEL_HARD_STOP
+    events: list[AlertEventKind] = Field(default_factory=lambda: [EVENT_ESCALATION, EVENT_RULE, EVENT_BUDGET])
+
+
+def default_rules() -> list[Rule]:
+    """The three notify-only rules every fresh installation starts with."""
+    return [
+        Rule(name="Loop: Exact prompt repeat", detector=DETECTOR_EXACT_PROMPT_REPEAT, action=RULE_NOTIFY),
+        Rule(name="Loop: Per-trace call cap", detector=DETECTOR_TRACE_CAP, action=RULE_NOTIFY,
+             params={"unit": "calls", "threshold": 25}),
+        Rule(name="Loop: Per-trace cost cap", detector=DETECTOR_TRACE_CAP, action=RULE_NOTIFY,
+             params={"unit": "usd", "threshold": 5.0}),
+    ]
+
+
+class AppConfig(_Strict):
+    loop_detection: LoopDetectionConfig = Field(default_factory=LoopDetectionConfig)
+    virtual_keys: dict[str, KeyOverride] = Field(default_factory=dict)
+    rules: list[Rule] = Field(default_factory=default_rules)
+    budgets: list[Budget] = Field(default_factory=list)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    detector: DetectorSettings = Field(default_factory=DetectorSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    webhooks: list[Webhook] = Field(default_factory=list)
+    grafana_url: str | None = Field(None, description="base URL of Grafana, for dashboard links in alerts")
+
+    @model_validator(mode="after")
+    def _overrides_valid(self) -> AppConfig:
+        errors: list[str] = []
+        for key, override in self.virtual_keys.items():
+            try:
+                merge_loop_detection(self.loop_detection, override.loop_detection)
+            except ValidationError as exc:
+                errors.extend(f"virtual_keys.{key}.loop_detection.{msg}" for msg in format_errors(exc))
+        names = [r.name for r in self.rules]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            errors.append(f"rules: duplicate rule names {duplicates}")
+        budget_names = [b.name for b in self.budgets]
+        duplicate_budgets = sorted({n for n in budget_names if budget_names.count(n) > 1})
+        if duplicate_budgets:
+            errors.append(f"budgets: duplicate budget names {duplicate_budgets}")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    def for_key(self, virtual_key: str | None) -> LoopDetectionConfig:
+        """The effective ``loop_detection`` block for one virtual key."""
+        override = self.virtual_keys.get(virtual_key or "")
+        if override is None or not override.loop_detection:
+            return self.loop_detection
+        return merge_loop_detection(self.loop_detection, override.loop_detection)
+
+
+def _deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def merge_loop_detection(base: LoopDetectionConfig, patch: dict[str, Any]) -> LoopDetectionConfig:
+    """Merge a partial block over ``base`` field by field and validate the result like the global one."""
+    return LoopDetectionConfig.model_validate(_deep_merge(base.model_dump(), patch))
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; ``errors`` lists every problem with its path."""
+
+    def __init__(self, errors: list[str], source: str = "config") -> None:
+        self.errors = errors
+        self.source = source
+        super().__init__(f"{source}: {len(errors)} error(s)\n" + "\n".join(f"  - {e}" for e in errors))
+
+
+def format_errors(exc: ValidationError) -> list[str]:
+    """Pydantic errors as ``path.to.field: message`` lines."""
+    lines = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{path}: {msg}" if path else msg)
+    return lines
+
+
+def parse_config(data: Any, source: str = "config") -> AppConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
+    try:
+        return AppConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc), source) from None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> AppConfig:
+    """Read and validate a YAML config file; ``None`` gives the defaults."""
+    if path is None:
+        return AppConfig()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError([f"cannot read file: {exc.strerror}"], str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"invalid YAML: {exc}"], str(p)) from None
+    return parse_config(data, str(p))

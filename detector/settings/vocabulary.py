@@ -1,0 +1,111 @@
+"""The words loop-detector speaks: scopes, levels, actions, detectors, signals, rule actions and modes.
+
+Each vocabulary is a ``Literal`` type (what a field may hold: mypy and pydantic check it) with one ``Final``
+constant per word (what code writes instead of a bare string) and, where order matters, the words in order.
+Constants rather than an ``Enum``: the values are stored in ClickHouse, sent in JSON and compared call after call
+in the compiled core, where a ``Final`` string is a C constant and an enum member a module-attribute lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+__all__ = [
+    "ACTIONS", "ACTION_ALLOW", "ACTION_BLOCK", "ACTION_INJECT", "ACTION_THROTTLE", "ACTION_WARN", "Action",
+    "BUDGET_ALERT", "BUDGET_BLOCK", "BUDGET_SCOPES", "BudgetAction", "BudgetScope",
+    "EVENT_BUDGET", "EVENT_ESCALATION", "EVENT_MANUAL", "EVENT_RULE", "EVENT_RULE_CLEAR", "EventKind",
+    "SESSION_SOURCE_TRACE",
+    "AlertEventKind", "DETECTOR_BLOCK_SESSION", "DETECTOR_BUDGET", "DETECTOR_MANUAL", "DETECTOR_RESET_SESSION", "DETECTOR_REVOKE_KEY",
+    "MANUAL_BLOCK", "MANUAL_REVOKE", "ManualScope",
+    "DETECTOR_CONFIDENCE", "DETECTOR_EXACT_PROMPT_REPEAT", "DETECTOR_FAILURE_LOOP", "DETECTOR_NONE",
+    "DETECTOR_TRACE_CAP", "DETECTOR_VELOCITY", "RULE_DETECTORS", "DetectorName", "RuleDetector",
+    "LEVELS", "LEVEL_HARD_STOP", "LEVEL_INJECT", "LEVEL_NONE", "LEVEL_THROTTLE", "LEVEL_WARN", "Level",
+    "MODE_DRY_RUN", "MODE_ENFORCE", "RULE_BLOCK", "RULE_NOTIFY", "RuleAction", "RuleMode",
+    "SCOPES", "SCOPE_FEATURE", "SCOPE_KEY", "SCOPE_SESSION", "SCOPE_TRACE", "Scope",
+    "SIGNAL_NAMES", "SignalName",
+]
+
+# -- scopes: what a state, a score or a decision is about -------------------------------------------------------
+Scope = Literal["trace", "session", "key", "feature"]
+SCOPE_TRACE: Final = "trace"  # one agent run (a TraceId)
+SCOPE_SESSION: Final = "session"  # one conversation or caller
+SCOPE_KEY: Final = "key"  # a virtual key (the caller's key id)
+SCOPE_FEATURE: Final = "feature"  # a product feature (budgets)
+SCOPES: Final[tuple[Scope, ...]] = (SCOPE_TRACE, SCOPE_SESSION, SCOPE_KEY, SCOPE_FEATURE)
+
+BudgetScope = Literal["feature", "session", "key"]
+BUDGET_SCOPES: Final[tuple[BudgetScope, ...]] = (SCOPE_FEATURE, SCOPE_SESSION, SCOPE_KEY)
+
+# -- escalation levels, lowest first ---------------------------------------------------------------------------
+Level = Literal["none", "warn", "throttle", "inject", "hard_stop"]
+LEVEL_NONE: Final = "none"
+LEVEL_WARN: Final = "warn"
+LEVEL_THROTTLE: Final = "throttle"
+LEVEL_INJECT: Final = "inject"
+LEVEL_HARD_STOP: Final = "hard_stop"
+LEVELS: Final[tuple[Level, ...]] = (LEVEL_NONE, LEVEL_WARN, LEVEL_THROTTLE, LEVEL_INJECT, LEVEL_HARD_STOP)
+
+# -- what a decision tells the agent, weakest first (each level's action is at the same index) -------------------
+Action = Literal["allow", "warn", "throttle", "inject", "block"]
+ACTION_ALLOW: Final = "allow"
+ACTION_WARN: Final = "warn"
+ACTION_THROTTLE: Final = "throttle"
+ACTION_INJECT: Final = "inject"
+ACTION_BLOCK: Final = "block"
+ACTIONS: Final[tuple[Action, ...]] = (ACTION_ALLOW, ACTION_WARN, ACTION_THROTTLE, ACTION_INJECT, ACTION_BLOCK)
+
+# -- detectors: who made a decision or an event ----------------------------------------------------------------
+RuleDetector = Literal["exact_prompt_repeat", "trace_cap", "failure_loop", "velocity"]
+DETECTOR_EXACT_PROMPT_REPEAT: Final = "exact_prompt_repeat"
+DETECTOR_TRACE_CAP: Final = "trace_cap"
+DETECTOR_FAILURE_LOOP: Final = "failure_loop"
+DETECTOR_VELOCITY: Final = "velocity"
+RULE_DETECTORS: Final[tuple[RuleDetector, ...]] = (
+    DETECTOR_EXACT_PROMPT_REPEAT, DETECTOR_TRACE_CAP, DETECTOR_FAILURE_LOOP, DETECTOR_VELOCITY)
+DETECTOR_CONFIDENCE: Final = "confidence"  # the weighted, smoothed score and its escalation
+DETECTOR_BUDGET: Final = "budget"  # an exhausted budget
+DETECTOR_MANUAL: Final = "manual"  # an operator's block or revocation
+DETECTOR_NONE: Final = "none"  # an allow decision
+DetectorName = Literal["none", "confidence", "exact_prompt_repeat", "trace_cap", "failure_loop", "velocity", "budget",
+                       "manual", "block_session", "revoke_key", "reset_session"]
+
+# -- an operator's manual actions: on a session or a key -------------------------------------------------------
+ManualScope = Literal["session", "key"]
+MANUAL_BLOCK: Final = "block"  # a session blocked
+MANUAL_REVOKE: Final = "revoke"  # a key revoked
+DETECTOR_BLOCK_SESSION: Final = "block_session"
+DETECTOR_REVOKE_KEY: Final = "revoke_key"
+DETECTOR_RESET_SESSION: Final = "reset_session"
+
+# -- where a call's session id came from: the attribute's name, or this when it fell back to the trace id ------
+SESSION_SOURCE_TRACE: Final = "trace"
+
+# -- kinds of otel.loop_events rows ----------------------------------------------------------------------------
+EventKind = Literal["escalation", "rule", "rule_clear", "budget", "manual"]
+AlertEventKind = Literal["escalation", "rule", "budget"]  # the kinds a webhook can subscribe to
+EVENT_ESCALATION: Final = "escalation"  # a confidence level changed
+EVENT_RULE: Final = "rule"  # a rule tripped
+EVENT_RULE_CLEAR: Final = "rule_clear"  # a tripped rule's condition cleared
+EVENT_BUDGET: Final = "budget"  # a budget was exhausted
+EVENT_MANUAL: Final = "manual"  # an operator's action
+
+# -- a budget's action: an alert (event, webhook) or a block ----------------------------------------------------
+BudgetAction = Literal["alert", "block"]
+BUDGET_ALERT: Final = "alert"
+BUDGET_BLOCK: Final = "block"
+
+# -- a rule's action and mode ----------------------------------------------------------------------------------
+RuleAction = Literal["notify", "block"]
+RULE_NOTIFY: Final = "notify"
+RULE_BLOCK: Final = "block"
+RuleMode = Literal["dry_run", "enforce"]
+MODE_DRY_RUN: Final = "dry_run"
+MODE_ENFORCE: Final = "enforce"
+
+# -- the seven signals, in the spec's order (weights, scores, events and dashboards all use it) ------------------
+SignalName = Literal["content_similarity", "tool_call_repetition", "response_stagnation", "error_cycling",
+                     "token_velocity", "context_growth", "cost_velocity"]
+SIGNAL_NAMES: Final[tuple[SignalName, ...]] = (
+    "content_similarity", "tool_call_repetition", "response_stagnation", "error_cycling", "token_velocity",
+    "context_growth", "cost_velocity",
+)

@@ -1,0 +1,77 @@
+"""The cluster variant of the DDL: Replicated*MergeTree local tables plus Distributed tables, ON CLUSTER.
+
+Derived from the single-node DDL in ``clickhouse/`` so the two can never drift apart:
+
+* every ``otel.NAME`` table becomes ``otel.NAME_local`` (engine ``Replicated<engine>`` with the usual
+  ``/clickhouse/tables/{shard}/otel/NAME_local`` and ``{replica}`` macros) plus ``otel.NAME``, a
+  Distributed table over it with the same columns, so every query of the project runs unchanged;
+* the materialized view reads ``otel_traces_local`` and writes ``genai_calls_local`` on each shard, so
+  spans inserted through the Distributed ``otel_traces`` (by the Collector or by loop-detector) are
+  normalized on the shard that stores them.
+
+Sharding keys keep what is read together on one shard: spans by trace, detector rows by scope id.
+``clickhouse/cluster/schema.sql`` is this output for the default cluster name, committed for init
+scripts (:func:`detector.storage.schema.render_cluster_schema`); a test regenerates it.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_SHARDING_KEY", "SHARDING_KEYS", "cluster_statements"]
+
+DEFAULT_CLUSTER = "loop_cluster"
+
+SHARDING_KEYS = {
+    "otel_traces": "cityHash64(TraceId)",
+    "genai_calls": "cityHash64(trace_id)",
+    "loop_meta": "cityHash64(key)",
+}
+DEFAULT_SHARDING_KEY = "cityHash64(scope_id)"
+
+_CREATE_TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS otel\.(\w+) \(", re.S)
+_ENGINE = re.compile(r"\) ENGINE = (\w+)\(([^)]*)\)")
+_MV = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS otel\.(\w+) TO otel\.(\w+) AS", re.S)
+
+
+def _quote(name: str) -> str:
+    return "'" + name.replace("'", "") + "'"
+
+
+def cluster_statements(statements: list[str], cluster: str = DEFAULT_CLUSTER) -> list[str]:
+    """Rewrite single-node statements into their ON CLUSTER, replicated and distributed form."""
+    on = f"ON CLUSTER {_quote(cluster)}"
+    out: list[str] = []
+    for stmt in statements:
+        if stmt.startswith("CREATE DATABASE IF NOT EXISTS"):
+            out.append(f"{stmt} {on}")
+            continue
+        table = _CREATE_TABLE.match(stmt)
+        if table:
+            name = table.group(1)
+            local = f"{name}_local"
+            engine = _ENGINE.search(stmt)
+            if engine is None:
+                raise ValueError(f"no engine found for otel.{name}")
+            args = [f"'/clickhouse/tables/{{shard}}/otel/{local}'", "'{replica}'"]
+            if engine.group(2).strip():
+                args.append(engine.group(2).strip())
+            replicated = f") ENGINE = Replicated{engine.group(1)}({', '.join(args)})"
+            body = stmt[: engine.start()] + replicated + stmt[engine.end():]
+            body = body.replace(f"CREATE TABLE IF NOT EXISTS otel.{name} (",
+                                f"CREATE TABLE IF NOT EXISTS otel.{local} {on} (", 1)
+            out.append(body)
+            key = SHARDING_KEYS.get(name, DEFAULT_SHARDING_KEY)
+            out.append(f"CREATE TABLE IF NOT EXISTS otel.{name} {on} AS otel.{local}\n"
+                       f"ENGINE = Distributed({_quote(cluster)}, 'otel', '{local}', {key})")
+            continue
+        mv = _MV.match(stmt)
+        if mv:
+            name, target = mv.group(1), mv.group(2)
+            body = stmt.replace(mv.group(0),
+                                f"CREATE MATERIALIZED VIEW IF NOT EXISTS otel.{name} {on} TO otel.{target}_local AS", 1)
+            body = re.sub(r"\bFROM otel\.otel_traces\b", "FROM otel.otel_traces_local", body)
+            out.append(body)
+            continue
+        raise ValueError(f"statement not understood by the cluster rewrite: {stmt[:80]}")
+    return out

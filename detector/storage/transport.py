@@ -1,0 +1,233 @@
+"""The ClickHouse store: one small transport interface, two implementations.
+
+Everything above this module speaks SQL with query parameters (``{name:Type}``) and JSONEachRow, and
+hands bulk inserts over as Arrow tables (:meth:`insert_arrow`: the engine reads Arrow columns about ten
+times faster than it parses the same rows as JSON).
+:class:`ChdbStore` runs the ClickHouse engine in-process (the default, embedded mode);
+:class:`ServerStore` talks to a ClickHouse server with clickhouse-connect (scaled mode). Only the
+transport differs: the DDL files in ``clickhouse/`` and every query are the same for both.
+
+chDB can open a data directory from one process only, and its session is not safe for concurrent
+use, so :class:`ChdbStore` serialises every statement behind one lock. That also gives the
+detector a clean watermark: an insert either committed before a cycle's read or after it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "CLICKHOUSE_URL_ENV", "ChdbStore", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError", "chdb_param",
+    "encode_rows", "insert_rows", "open_store", "redact_url",
+]
+
+CLICKHOUSE_URL_ENV = "LOOP_DETECTOR_CLICKHOUSE_URL"
+
+# Settings every session gets: UTC everywhere, and 64-bit integers as JSON numbers (not strings).
+SESSION_SETTINGS = {
+    "session_timezone": "UTC",
+    "output_format_json_quote_64bit_integers": 0,
+    "date_time_input_format": "best_effort",
+}
+
+
+class StoreError(RuntimeError):
+    """A statement failed in the store (syntax, type or engine error)."""
+
+
+class Store(Protocol):
+    """What the rest of the code needs from ClickHouse."""
+
+    def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None: ...
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
+
+    def insert_json(self, table: str, payload: bytes) -> None: ...
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        """Insert an Arrow table whose column names are (a subset of) the table's columns."""
+        ...
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        """A query's result as an Arrow table (bulk reads: no per-row JSON to parse)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def encode_rows(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """Rows as JSONEachRow bytes (the fast insert path: never build VALUES strings)."""
+    return b"\n".join(orjson.dumps(r) for r in rows)
+
+
+def insert_rows(store: Store, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+    payload = encode_rows(rows)
+    if not payload:
+        return 0
+    store.insert_json(table, payload)
+    return payload.count(b"\n") + 1
+
+
+def _quote(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):
+        inner = ",".join(_quote(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def chdb_param(value: Any) -> Any:
+    """A query parameter in the text form ClickHouse parses (chDB passes strings through as they are,
+    so arrays and tuples must be spelled as quoted literals)."""
+    if isinstance(value, (list, tuple)):
+        return _quote(value)
+    if isinstance(value, str):
+        # parameter values are parsed in ClickHouse's escaped text format: backslashes, tabs and
+        # newlines must be escaped or they would be read as escape sequences
+        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+    return value
+
+
+def _parse_json_lines(data: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in data.splitlines() if line]
+
+
+class ChdbStore:
+    """The embedded store: chDB over a persistent data directory, one lock for every statement."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        from chdb import session as chdb_session
+
+        self.path = Path(data_dir) / "chdb"
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._session = chdb_session.Session(str(self.path))
+        except Exception as exc:  # chDB raises plain RuntimeErrors
+            raise StoreError(f"cannot open chDB data directory {self.path}: {exc}") from exc
+        for name, value in SESSION_SETTINGS.items():
+            self._session.query(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {value}")
+
+    def _query(self, sql: str, fmt: str, params: Mapping[str, Any] | None) -> bytes:
+        with self._lock:
+            try:
+                result = self._session.query(
+                    sql, fmt, params={k: chdb_param(v) for k, v in params.items()} if params else None
+                )
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+        return result.bytes()
+
+    def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        self._query(sql, "CSV", params)
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        return _parse_json_lines(self._query(sql, "JSONEachRow", params))
+
+    def insert_json(self, table: str, payload: bytes) -> None:
+        # The payload is JSON produced by orjson, never SQL; the table name is one of ours.
+        self._query(f"INSERT INTO {table} FORMAT JSONEachRow\n" + payload.decode(), "CSV", None)
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        # chDB's Python() table function reads the Arrow table in place; it finds it by its variable
+        # name in the calling frame, so the query runs here, where `arrow_rows` is a local.
+        arrow_rows = data  # noqa: F841 (read by name inside chDB)
+        columns = ", ".join(f"`{name}`" for name in data.column_names)
+        sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM Python(arrow_rows)"
+        with self._lock:
+            try:
+                self._session.query(sql, "CSV")
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        with self._lock:
+            try:
+                return self._session.query(
+                    sql, "ArrowTable", params={k: chdb_param(v) for k, v in params.items()} if params else None
+                )
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._session.close()
+
+
+class ServerStore:
+    """A ClickHouse server (or cluster) through clickhouse-connect's HTTP interface."""
+
+    def __init__(self, url: str) -> None:
+        import clickhouse_connect
+
+        self.url = url
+        try:
+            self._client = clickhouse_connect.get_client(dsn=url, settings=dict(SESSION_SETTINGS))
+        except Exception as exc:
+            raise StoreError(f"cannot connect to ClickHouse at {redact_url(url)}: {exc}") from exc
+        self._lock = threading.Lock()
+
+    def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        try:
+            with self._lock:
+                self._client.command(sql, parameters=dict(params) if params else None)
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        try:
+            with self._lock:
+                data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt="JSONEachRow")
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+        return _parse_json_lines(data)
+
+    def insert_json(self, table: str, payload: bytes) -> None:
+        try:
+            with self._lock:
+                self._client.raw_insert(table, insert_block=payload, fmt="JSONEachRow")
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        try:
+            with self._lock:
+                self._client.insert_arrow(table, data)
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+
+    def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        try:
+            with self._lock:
+                return self._client.query_arrow(sql, parameters=dict(params) if params else None, use_strings=True)
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def open_store(data_dir: str | os.PathLike[str], url: str | None = None) -> Store:
+    """The server store when a URL is configured (or in the environment), else the embedded one."""
+    url = url or os.environ.get(CLICKHOUSE_URL_ENV)
+    if url:
+        return ServerStore(url)
+    return ChdbStore(data_dir)

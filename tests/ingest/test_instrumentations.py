@@ -1,0 +1,527 @@
+"""Real instrumentation libraries end to end: the ``openai`` SDK, instrumented in turn by each popular GenAI
+instrumentation, calls a local OpenAI-compatible stub and exports OTLP to a running loop-detector.
+
+For each instrumentation, with message content capture on and off: a looping tool-calling agent is flagged,
+a healthy one is not, and the per-call keys (session, trace, model, provider), tokens, errors and tool-call
+fingerprints in ``otel.genai_calls`` are right. Each agent runs in a fresh interpreter
+(``tests/support/instrumented_agent.py``): instrumentors patch the ``openai`` module globally.
+
+Libraries that cannot live beside the project's pinned OpenTelemetry (OpenLIT pulls contrib instrumentations
+that pin an older opentelemetry-sdk) and old releases (OpenLLMetry's indexed ``gen_ai.prompt.N.*`` dialect)
+run from a virtual environment the test creates once and caches (``LOOP_DETECTOR_TEST_VENVS``, default
+``~/.cache/loop-detector/test-venvs``); if it cannot be created (no package index), that case is skipped.
+``LOOP_DETECTOR_SKIP_VENV_TESTS=1`` skips them outright.
+
+The second half checks the materialized view alone, on hand-built spans in each dialect as the libraries'
+sources write them (including the ones no installable library emits any more).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from detector.core.escalation import LEVEL_RANK
+from detector.service.process import running_service
+from detector.settings.config import AppConfig
+from detector.storage.transport import insert_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+AGENT = ROOT / "tests" / "support" / "instrumented_agent.py"
+sys.path.insert(0, str(EXAMPLES))
+
+from openai_stub import LOOP_CALL, serve_stub  # noqa: E402
+
+from detector.evaluation.simulate import wait_for_detector as wait_for_watermark  # noqa: E402
+
+LOOP_STEPS = 14
+HEALTHY_STEPS = 14
+MODEL = "gpt-4o-mini-2024-07-18"  # the stub answers with the dated model name, as OpenAI does
+
+# Separate environments: (pip requirements) for libraries that cannot be installed into the project's venv.
+VENVS: dict[str, list[str]] = {
+    # openlit requires the contrib HTTP instrumentations, whose newest threading/urllib3 releases pin
+    # opentelemetry-sdk 1.45.1; it also caps openai below 3
+    "openlit": ["openlit==1.45.0", "openai>=2,<3"],
+    # the last OpenLLMetry releases before the move to gen_ai.input.messages: indexed gen_ai.prompt.N.*
+    # (it imports opentelemetry._events, which later opentelemetry-api releases dropped)
+    "openllmetry-legacy": ["opentelemetry-instrumentation-openai==0.47.5", "openai>=1.60,<2",
+                           "opentelemetry-api>=1.28,<1.38", "opentelemetry-sdk>=1.28,<1.38",
+                           "opentelemetry-exporter-otlp-proto-http>=1.28,<1.38"],
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    instrumentation: str
+    content: bool
+    session_mode: str  # native | processor | invoke_agent
+    venv: str | None = None  # a key of VENVS, else the project's own venv
+    module: str | None = None  # importable in the project's venv when installed
+
+    @property
+    def id(self) -> str:
+        name = self.venv or self.instrumentation
+        return f"{name}-{'content' if self.content else 'no-content'}-{self.session_mode}"
+
+
+VARIANTS = [
+    Variant("openai-v2", True, "invoke_agent", module="opentelemetry.instrumentation.openai_v2"),
+    Variant("openai-v2", False, "processor", module="opentelemetry.instrumentation.openai_v2"),
+    Variant("openllmetry", True, "native", module="opentelemetry.instrumentation.openai"),
+    Variant("openllmetry", False, "native", module="opentelemetry.instrumentation.openai"),
+    Variant("openinference", True, "native", module="openinference.instrumentation.openai"),
+    Variant("openinference", False, "native", module="openinference.instrumentation.openai"),
+    Variant("openlit", True, "processor", venv="openlit"),
+    Variant("openlit", False, "invoke_agent", venv="openlit"),
+    Variant("openllmetry", True, "native", venv="openllmetry-legacy"),
+    Variant("openllmetry", False, "processor", venv="openllmetry-legacy"),
+]
+
+# OpenLIT's price file (per 1k tokens); it looks the requested model up
+PRICING = {"chat": {m: {"promptPrice": 0.00015, "completionPrice": 0.0006} for m in ("gpt-4o-mini", MODEL)}}
+
+
+# -- environments -------------------------------------------------------------------------------------------
+
+
+_VENV_FAILURES: dict[str, str] = {}  # per test run: one failed creation is not retried by every test
+
+
+def venv_python(name: str) -> Path:
+    """The interpreter of the cached venv for ``VENVS[name]``, created on first use (skip if impossible)."""
+    if os.environ.get("LOOP_DETECTOR_SKIP_VENV_TESTS"):
+        pytest.skip("LOOP_DETECTOR_SKIP_VENV_TESTS is set")
+    requirements = VENVS[name]
+    digest = hashlib.sha256(json.dumps([sys.version, requirements]).encode()).hexdigest()[:12]
+    base = Path(os.environ.get("LOOP_DETECTOR_TEST_VENVS", Path.home() / ".cache" / "loop-detector" / "test-venvs"))
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / f"{name}-{digest}"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be creating it
+        if not (path / ".ready").exists():
+            failure = _VENV_FAILURES.get(name) or _create_venv(path, requirements)
+            if failure is not None:
+                _VENV_FAILURES[name] = failure
+                pytest.skip(f"could not create the {name} environment ({' '.join(requirements)}): {failure}")
+    return path / "bin" / "python"
+
+
+def _create_venv(path: Path, requirements: list[str]) -> str | None:
+    """Create the venv; None when ready, else why not (it is then removed, to be tried again next run)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(path)],
+        # the pip that ships with Python 3.11's venv cannot resolve openlit's dependency tree: upgrade it first
+        [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--upgrade", "pip"],
+        [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+    ]
+    for cmd in steps:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(path, ignore_errors=True)
+            return f"timed out: {' '.join(cmd[-3:])}"
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            shutil.rmtree(path, ignore_errors=True)
+            return " / ".join(tail) or f"exit {proc.returncode}"
+    (path / ".ready").write_text("ok")
+    return None
+
+
+def interpreter_for(variant: Variant) -> str:
+    if variant.venv is not None:
+        return str(venv_python(variant.venv))
+    assert variant.module is not None
+    try:
+        found = importlib.util.find_spec(variant.module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found or importlib.util.find_spec("openai") is None:
+        pytest.skip(f"{variant.module} or openai is not installed (pip install -e '.[instrumentations]')")
+    return sys.executable
+
+
+# -- the service and the stub -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stub_url():
+    with serve_stub() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    config = AppConfig()
+    config.detector.interval_seconds = 0.1
+    config.detector.checkpoint_seconds = 0
+    with running_service(config, tmp_path_factory.mktemp("instrumentations")) as (svc, eps):
+        yield svc, eps
+
+
+@pytest.fixture(scope="module")
+def pricing_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("pricing") / "pricing.json"
+    path.write_text(json.dumps(PRICING))
+    return str(path)
+
+
+def tool_fingerprint(store, name: str, arguments: dict[str, Any]) -> int:
+    """The fingerprint the MV gives a tool call (name + argument values), computed by the same store."""
+    args = json.dumps(arguments)
+    return store.rows(
+        "SELECT cityHash64({n:String}, arraySort(JSONExtractKeysAndValuesRaw({a:String})), '') AS fp",
+        {"n": name, "a": args})[0]["fp"]
+
+
+def run_agent_process(variant: Variant, python: str, eps, stub_url: str, agents: list[dict[str, Any]],
+                      pricing: str) -> dict[str, Any]:
+    config = {
+        "instrumentation": variant.instrumentation, "content": variant.content, "session_mode": variant.session_mode,
+        "otlp": eps.otlp, "openai_base_url": stub_url + "/v1", "examples_dir": str(EXAMPLES), "agents": agents,
+        "pricing_json": pricing,
+    }
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "TRACELOOP_", "OPENINFERENCE_", "OPENLIT_", "OPENAI_"))}
+    env["OTEL_SDK_DISABLED"] = "false"
+    proc = subprocess.run([python, str(AGENT), json.dumps(config)], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=str(ROOT))
+    assert proc.returncode == 0, f"agent failed ({variant.id}):\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- end to end, one instrumentation at a time ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
+def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
+    svc, eps = service
+    python = interpreter_for(variant)
+    tag = uuid.uuid4().hex[:8]
+    agents = [
+        {"session": f"loop-{tag}", "scenario": "loop", "steps": LOOP_STEPS},
+        {"session": f"healthy-{tag}", "scenario": "healthy", "steps": HEALTHY_STEPS},
+        {"session": f"error-{tag}", "scenario": "error", "steps": 2},
+    ]
+    result = run_agent_process(variant, python, eps, stub_url, agents, pricing_file)
+    wait_for_watermark(eps.api, time.time_ns() // 1000)
+    runs = {r["scenario"]: r for r in result["agents"]}
+    loop, healthy, error = runs["loop"], runs["healthy"], runs["error"]
+
+    def decision(run: dict[str, Any]) -> dict[str, Any]:
+        params = {"session_id": run["session"]}
+        if variant.session_mode == "invoke_agent":
+            # the session arrives on the run's root span, exported after its calls: the trace scope decides
+            params["trace_id"] = run["trace_id"]
+        return httpx.get(f"{eps.api}/v1/decision", params=params).json()
+
+    stuck, fine = decision(loop), decision(healthy)
+    assert stuck["action"] != "allow", (variant.id, stuck)
+    assert LEVEL_RANK[stuck["level"]] >= LEVEL_RANK["warn"], (variant.id, stuck)
+    assert fine["action"] == "allow", (variant.id, fine)
+
+    store = svc.store
+    rows = store.rows(
+        "SELECT * FROM otel.genai_calls WHERE trace_id IN {t:Array(String)} ORDER BY ts, span_id",
+        {"t": [loop["trace_id"], healthy["trace_id"], error["trace_id"]]})
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_trace.setdefault(row["trace_id"], []).append(row)
+
+    expected_loop_fp = tool_fingerprint(store, *LOOP_CALL)
+    for run in (loop, healthy, error):
+        calls = by_trace.get(run["trace_id"], [])
+        llm = [c for c in calls if c["call_kind"] == "llm"]
+        agent = [c for c in calls if c["operation"] == "invoke_agent"]
+        assert len(agent) == 1, (variant.id, run["scenario"], [c["operation"] for c in calls])
+        # keys: session, trace, model, provider
+        for c in llm:
+            assert c["trace_id"] == run["trace_id"]
+            assert c["provider"] == "openai", (variant.id, c["provider"])
+            if variant.session_mode == "invoke_agent":
+                assert c["session_source"] == "trace" and c["session_id"] == run["trace_id"]
+            else:
+                assert c["session_id"] == run["session"], (variant.id, c["session_id"], c["session_source"])
+        if variant.session_mode == "invoke_agent":
+            assert agent[0]["session_id"] == run["session"]
+            assert agent[0]["session_source"] == "gen_ai.conversation.id"
+
+        ok = [c for c in llm if not c["is_error"]]
+        assert all(c["model"] == MODEL for c in ok), (variant.id, {c["model"] for c in ok})
+        # tokens: exactly the usage the SDK received, call by call
+        assert sorted([c["input_tokens"], c["output_tokens"]] for c in ok) == sorted(run["usage"]), variant.id
+        # (failed calls: OpenLIT records no content for them)
+        assert all(c["has_content"] == int(variant.content) for c in ok), (variant.id, [c["has_content"] for c in ok])
+        if not variant.content:
+            assert not any(c["has_content"] for c in llm), variant.id
+        if variant.instrumentation == "openlit":
+            assert all(c["cost_usd"] > 0 for c in ok), (variant.id, [c["cost_usd"] for c in ok])
+
+    # errors: the stub's HTTP 500s, whichever way the library wrote the error type
+    failed = [c for c in by_trace.get(error["trace_id"], []) if c["call_kind"] == "llm"]
+    assert len(failed) == error["errors"] == 2, variant.id
+    assert all(c["is_error"] == 1 and c["error_type"] == "InternalServerError" for c in failed), \
+        (variant.id, [(c["is_error"], c["error_type"]) for c in failed])
+    assert failed[0]["error_fp"] == failed[1]["error_fp"] != 0
+
+    # tool calls: the loop's read_file("config.yaml") gives the same fingerprint in every dialect
+    loop_llm = [c for c in by_trace[loop["trace_id"]] if c["call_kind"] == "llm"]
+    loop_tools = [c for c in by_trace[loop["trace_id"]] if c["call_kind"] == "tool"]
+    assert len(loop_llm) == LOOP_STEPS and len(loop_tools) == LOOP_STEPS, variant.id
+    assert {c["tool_name"] for c in loop_tools} == {LOOP_CALL[0]}, variant.id
+    if variant.content:
+        assert all(c["tool_fp"] == expected_loop_fp for c in loop_tools), variant.id
+    if variant.content or variant.instrumentation == "openlit":  # OpenLIT names the calls even without content
+        assert all(list(c["out_tool_fps"]) == [expected_loop_fp] for c in loop_llm), \
+            (variant.id, [c["out_tool_fps"] for c in loop_llm])
+        assert all(list(c["out_tool_names"]) == [LOOP_CALL[0]] for c in loop_llm), variant.id
+    else:
+        assert all(list(c["out_tool_fps"]) == [] for c in loop_llm), variant.id
+    if variant.content:
+        # the new content of a step is the tool result: it feeds the input SimHash
+        assert all(c["input_simhash"] != 0 for c in loop_llm[1:]), (variant.id, [c["input_simhash"] for c in loop_llm])
+        assert len({c["turn_fp"] for c in loop_llm[1:]}) == 1, variant.id  # the same step again and again
+
+
+# -- the materialized view alone, on hand-built spans in each dialect -------------------------------------------
+
+LOOP_ARGS_VARIANTS = ['{"path": "config.yaml"}', '{"path":"config.yaml"}', {"path": "config.yaml"}]
+
+
+@pytest.fixture(scope="module")
+def mv_store(service):
+    """The running service's store (chDB opens one data directory per process)."""
+    return service[0].store
+
+
+def span_row(attrs: dict[str, str], *, name: str = "chat gpt-4o-mini", status: str = "Unset", message: str = "",
+             events: list[tuple[str, dict[str, str]]] = (), resource: dict[str, str] | None = None) -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + ".000000000"
+    return {"Timestamp": now, "TraceId": uuid.uuid4().hex, "SpanId": uuid.uuid4().hex[:16], "ParentSpanId": "",
+            "TraceState": "", "SpanName": name, "SpanKind": "Client", "ServiceName": "dialects",
+            "ResourceAttributes": {"service.name": "dialects", **(resource or {})}, "ScopeName": "test",
+            "ScopeVersion": "1", "SpanAttributes": attrs, "Duration": 1_000_000, "StatusCode": status,
+            "StatusMessage": message, "Events.Timestamp": [now for _ in events], "Events.Name": [e[0] for e in events],
+            "Events.Attributes": [e[1] for e in events], "Links.TraceId": [], "Links.SpanId": [],
+            "Links.TraceState": [], "Links.Attributes": []}
+
+
+def calls_of(store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert the spans; their genai_calls rows in the same order (None for a span the view skipped)."""
+    insert_rows(store, "otel.otel_traces", rows)
+    found = {r["span_id"]: r for r in store.rows(
+        "SELECT * FROM otel.genai_calls WHERE span_id IN {s:Array(String)}", {"s": [r["SpanId"] for r in rows]})}
+    return [found.get(r["SpanId"]) for r in rows]
+
+
+def semconv_messages(tool_result: str) -> tuple[str, str]:
+    inputs = [{"role": "user", "parts": [{"type": "text", "content": "Fix the failing build."}]},
+              {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "read_file",
+                                               "arguments": {"path": "config.yaml"}}]},
+              {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": tool_result}]}]
+    outputs = [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "text", "content": "Let me read the config file again."},
+        {"type": "tool_call", "id": "c2", "name": "read_file", "arguments": {"path": "config.yaml"}}]}]
+    return json.dumps(inputs), json.dumps(outputs)
+
+
+def dialect_spans(tool_result: str = "port: 8080 host: 0.0.0.0 nothing about the failing build here") -> dict[str, Any]:
+    """The same chat call (a tool result in, read_file("config.yaml") asked for) in every dialect."""
+    ins, outs = semconv_messages(tool_result)
+    usage_new = {"gen_ai.usage.input_tokens": "120", "gen_ai.usage.output_tokens": "30"}
+    return {
+        "semconv (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)": span_row({
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": MODEL, **usage_new, "gen_ai.response.finish_reasons": '["tool_calls"]',
+            "gen_ai.input.messages": ins, "gen_ai.output.messages": outs, "gen_ai.conversation.id": "s-semconv"}),
+        "OpenLLMetry indexed": span_row({
+            "llm.request.type": "chat", "gen_ai.system": "OpenAI", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": MODEL, "gen_ai.usage.prompt_tokens": "120", "gen_ai.usage.completion_tokens": "30",
+            "llm.usage.total_tokens": "150", "traceloop.association.properties.session_id": "s-ol",
+            "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "Fix the failing build.",
+            "gen_ai.prompt.1.role": "assistant", "gen_ai.prompt.1.tool_calls.0.id": "c1",
+            "gen_ai.prompt.1.tool_calls.0.name": "read_file",
+            "gen_ai.prompt.1.tool_calls.0.arguments": '{"path": "config.yaml"}',
+            "gen_ai.prompt.2.role": "tool", "gen_ai.prompt.2.content": tool_result,
+            "gen_ai.prompt.2.tool_call_id": "c1",
+            "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.finish_reason": "tool_calls",
+            "gen_ai.completion.0.content": "Let me read the config file again.",
+            "gen_ai.completion.0.tool_calls.0.id": "c2", "gen_ai.completion.0.tool_calls.0.name": "read_file",
+            "gen_ai.completion.0.tool_calls.0.arguments": '{\n  "path": "config.yaml"\n}'}, name="openai.chat"),
+        "OpenInference": span_row({
+            "openinference.span.kind": "LLM", "llm.system": "openai", "llm.model_name": MODEL,
+            "llm.invocation_parameters": '{"model": "gpt-4o-mini"}', "llm.token_count.prompt": "120",
+            "llm.token_count.completion": "30", "llm.token_count.total": "150", "session.id": "s-oi",
+            "input.value": json.dumps({"model": "gpt-4o-mini", "messages": ["..."]}),
+            "input.mime_type": "application/json", "output.value": '{"id": "chatcmpl-1"}',
+            "output.mime_type": "application/json",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Fix the failing build.",
+            "llm.input_messages.1.message.role": "assistant",
+            "llm.input_messages.1.message.tool_calls.0.tool_call.function.name": "read_file",
+            "llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments": '{"path": "config.yaml"}',
+            "llm.input_messages.2.message.role": "tool", "llm.input_messages.2.message.content": tool_result,
+            "llm.input_messages.2.message.tool_call_id": "c1",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "Let me read the config file again.",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.id": "c2",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "read_file",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"path":"config.yaml"}',
+            "llm.finish_reason": "tool_calls"}, name="ChatCompletion", status="Ok"),
+        "span events (semconv <= 1.30)": span_row({
+            "gen_ai.operation.name": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": MODEL, **usage_new, "gen_ai.conversation.id": "s-events"}, events=[
+            ("gen_ai.user.message", {"gen_ai.event.content": json.dumps({"content": "Fix the failing build."})}),
+            ("gen_ai.tool.message", {"gen_ai.event.content": json.dumps({"content": tool_result, "id": "c1"})}),
+            ("gen_ai.choice", {"gen_ai.event.content": json.dumps({"index": 0, "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": "Let me read the config file again.",
+                            "tool_calls": [{"id": "c2", "type": "function", "function": {
+                                "name": "read_file", "arguments": '{"path": "config.yaml"}'}}]}})})]),
+    }
+
+
+def test_same_call_same_fingerprints_in_every_dialect(mv_store):
+    spans = dialect_spans()
+    calls = dict(zip(spans, calls_of(mv_store, list(spans.values())), strict=True))
+    expected = tool_fingerprint(mv_store, *LOOP_CALL)
+    for dialect, c in calls.items():
+        assert c is not None, dialect
+        assert c["operation"] == "chat" and c["call_kind"] == "llm", dialect
+        assert c["provider"] == "openai" and c["model"] == MODEL, (dialect, c["provider"], c["model"])
+        assert (c["input_tokens"], c["output_tokens"]) == (120, 30), dialect
+        assert c["has_content"] == 1, dialect
+        assert list(c["out_tool_names"]) == ["read_file"] and list(c["out_tool_fps"]) == [expected], dialect
+        assert c["session_id"].startswith("s-"), (dialect, c["session_id"])
+    # the new content of the call (the tool result, and the answer) is read alike in every dialect
+    assert len({c["turn_fp"] for c in calls.values()}) == 1, {d: c["turn_fp"] for d, c in calls.items()}
+    assert len({c["input_simhash"] for c in calls.values()}) == 1
+    assert len({c["output_simhash"] for c in calls.values()}) == 1
+    assert all(c["input_simhash"] != 0 for c in calls.values())
+
+
+def test_tool_result_feeds_the_input_simhash(mv_store):
+    key = "semconv (openai-v2, OpenLLMetry >= 0.5x, OpenLIT)"
+    a, b = calls_of(mv_store, [dialect_spans("first result: the port is 8080 and the host is local")[key],
+                               dialect_spans("a completely different listing of twelve source files")[key]])
+    assert a["input_simhash"] != 0 and b["input_simhash"] != 0
+    assert a["input_simhash"] != b["input_simhash"] and a["turn_fp"] != b["turn_fp"]
+
+
+@pytest.mark.parametrize("arguments", LOOP_ARGS_VARIANTS, ids=["spaced", "compact", "object"])
+def test_tool_spans_of_every_dialect_fingerprint_alike(mv_store, arguments):
+    args_text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    spans = [
+        span_row({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file",
+                  "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.arguments": args_text},
+                 name="execute_tool read_file"),
+        span_row({"openinference.span.kind": "TOOL", "tool.name": "read_file", "input.value": args_text,
+                  "tool.parameters": '{"type": "object", "properties": {"path": {"type": "string"}}}'},
+                 name="read_file"),
+        span_row({"traceloop.span.kind": "tool", "traceloop.entity.name": "read_file",
+                  "traceloop.entity.input": json.dumps({"args": [], "kwargs": json.loads(args_text)})},
+                 name="read_file.tool"),
+    ]
+    expected = tool_fingerprint(mv_store, *LOOP_CALL)
+    for c in calls_of(mv_store, spans):
+        assert c["operation"] == "execute_tool" and c["tool_name"] == "read_file"
+        assert c["tool_fp"] == expected
+
+
+def test_argument_key_order_does_not_matter_but_values_do(mv_store):
+    def chat(args: str) -> dict[str, Any]:
+        return span_row({"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                         "gen_ai.tool.name": "grep", "gen_ai.tool.args": args})  # OpenLIT, no content
+
+    a, b, c = calls_of(mv_store, [chat('{"pattern": "def main", "path": "src/"}'),
+                                  chat('{"path": "src/", "pattern": "def main"}'),
+                                  chat('{"path": "tests/", "pattern": "def main"}')])
+    assert a["out_tool_fps"] == b["out_tool_fps"] != c["out_tool_fps"]
+    assert a["has_content"] == 0
+
+
+def test_openlit_several_tool_calls_on_one_span(mv_store):
+    (c,) = calls_of(mv_store, [span_row({
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.usage.cost": "0.0042",
+        "gen_ai.tool.name": "read_file, grep", "gen_ai.tool.args": '{"path": "config.yaml"}, {"pattern": "port"}',
+        "gen_ai.tool.call.id": "c1, c2"})])
+    assert list(c["out_tool_names"]) == ["read_file", "grep"]
+    assert c["out_tool_fps"][0] == tool_fingerprint(mv_store, *LOOP_CALL)
+    assert c["out_tool_fps"][1] == tool_fingerprint(mv_store, "grep", {"pattern": "port"})
+    assert c["cost_usd"] == pytest.approx(0.0042)
+
+
+def test_redacted_content_is_no_content(mv_store):
+    (c,) = calls_of(mv_store, [span_row({
+        "openinference.span.kind": "LLM", "llm.system": "openai", "llm.model_name": MODEL,
+        "input.value": "__REDACTED__", "output.value": "__REDACTED__", "llm.token_count.prompt": "10",
+        "llm.token_count.completion": "5"})])
+    assert c["has_content"] == 0 and c["turn_fp"] == 0 and c["input_simhash"] == 0
+
+
+def test_error_types_are_normalized(mv_store):
+    rows = [
+        span_row({"gen_ai.operation.name": "chat", "error.type": "<class 'openai.InternalServerError'>"},
+                 status="Error", message="Error code: 500"),  # opentelemetry-util-genai 1.1b0
+        span_row({"gen_ai.operation.name": "chat", "error.type": "InternalServerError"}, status="Error",
+                 message="Error code: 500"),  # OpenLLMetry, OpenLIT
+        span_row({"openinference.span.kind": "LLM"}, status="Error", message="Error code: 500", events=[
+            ("exception", {"exception.type": "openai.InternalServerError", "exception.message": "boom"})]),
+        span_row({"gen_ai.operation.name": "chat"}, status="STATUS_CODE_ERROR", message="Error code: 500"),
+    ]
+    calls = calls_of(mv_store, rows)
+    assert [c["error_type"] for c in calls] == ["InternalServerError"] * 3 + ["_OTHER"]
+    assert all(c["is_error"] == 1 for c in calls)
+    assert calls[0]["error_fp"] == calls[1]["error_fp"] == calls[2]["error_fp"]
+
+
+def test_non_genai_spans_are_skipped_and_deprecated_names_map(mv_store):
+    http_span, old, content_event = calls_of(mv_store, [
+        span_row({"http.method": "POST", "http.status_code": "200"}, name="POST"),
+        span_row({"llm.request.type": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
+                  "gen_ai.usage.prompt_tokens": "7", "gen_ai.usage.completion_tokens": "3"}),
+        # OpenLIT before the move to gen_ai.input.messages: gen_ai.content.* span events
+        span_row({"gen_ai.operation.name": "chat", "gen_ai.system": "openai"}, events=[
+            ("gen_ai.content.prompt", {"gen_ai.prompt": "user: Fix the build\ntool: port: 8080 and nothing else"}),
+            ("gen_ai.content.completion", {"gen_ai.completion": "Let me read the config file again."})]),
+    ])
+    assert http_span is None
+    assert (old["operation"], old["provider"], old["model"], old["input_tokens"], old["output_tokens"]) == \
+        ("chat", "openai", "gpt-4o", 7, 3)
+    assert old["has_content"] == 0 and old["request_fp"] != 0
+    assert content_event["has_content"] == 1 and content_event["input_simhash"] != 0
+    assert content_event["output_simhash"] != 0
+
+
+# -- the examples stay runnable ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", ["openai_agent.py", "langgraph_agent.py"])
+def test_example_flags_its_looping_agent(example):
+    needed = ["openai", "opentelemetry.instrumentation.openai_v2"] + (["langgraph"] if "langgraph" in example else [])
+    for module in needed:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[instrumentations,examples]')")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / example), "--steps", "14"], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(steps) >= 10, proc.stdout
+    assert any(word in ("warn", "throttle", "inject", "block") for step in steps for word in step), proc.stdout

@@ -1,0 +1,318 @@
+"""The scaled stack's files: docker-compose.yml, the Dockerfile and the OpenTelemetry Collector config.
+
+No Docker engine or Collector binary runs here, so the files are checked statically: the Compose file
+against the official Compose Specification schema (tests/data/compose-spec.json: schema/compose-spec.json
+of the compose-spec/compose-spec repository, commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6, Apache-2.0,
+unmodified), images pinned, mounts pointing at files that exist, and the
+collector pipeline wired receivers -> processors -> the clickhouse exporter onto our own DDL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+from importlib import metadata
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from detector.cli.main import build_parser
+from detector.storage.schema import SQL_DIR_ENV, apply_schema
+from detector.storage.transport import CLICKHOUSE_URL_ENV, ChdbStore
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+COLLECTOR = ROOT / "collector-config" / "otel-collector.yaml"
+BUILD_SCRIPT = ROOT / "grafana" / "dashboards_src" / "build.py"
+SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def collector() -> dict:
+    return yaml.safe_load(COLLECTOR.read_text())
+
+
+def load_dashboard_builder():
+    """grafana/dashboards_src/build.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("loop_dashboards_build", BUILD_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def env_of(service: dict) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        return dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def volume_specs(service: dict) -> list[tuple[str, str]]:
+    """(source, target) of each short-syntax volume."""
+    out = []
+    for spec in service.get("volumes", []):
+        parts = spec.split(":")
+        out.append((parts[0], parts[1]))
+    return out
+
+
+# --- docker-compose.yml ------------------------------------------------------------------------------
+
+def test_vendored_schema_is_the_compose_specification():
+    schema = json.loads(SCHEMA.read_text())
+    assert schema["title"] == "Compose Specification"
+    assert schema["$id"] == "compose_spec.json"
+    jsonschema.Draft7Validator.check_schema(schema)
+
+
+def test_compose_file_validates_against_the_compose_specification(compose):
+    schema = json.loads(SCHEMA.read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(compose), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_the_schema_does_reject_a_broken_compose_file(compose):
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["clickhouse"]["depends_on"] = {"otel-collector": {"condition": "when_ready"}}
+    broken["services"]["grafana"]["healthchek"] = broken["services"]["grafana"].pop("healthcheck")
+    assert len(list(jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).iter_errors(broken))) >= 2
+
+
+def test_every_image_is_pinned(compose):
+    for name, service in compose["services"].items():
+        image = service.get("image")
+        assert image, f"{name}: no image (a built service still gets a versioned tag)"
+        repo, _, tag = image.rpartition(":")
+        assert repo and "/" not in tag, f"{name}: {image} has no tag"
+        assert tag != "latest" and not tag.startswith("latest"), f"{name}: {image} is not pinned"
+        assert re.match(r"^v?\d+(\.\d+)+", tag), f"{name}: {image} is not pinned to a version"
+
+
+def test_the_expected_services_and_images(compose):
+    images = {name: s["image"].rpartition(":")[0] for name, s in compose["services"].items()}
+    assert images == {
+        "clickhouse": "clickhouse/clickhouse-server",
+        "otel-collector": "otel/opentelemetry-collector-contrib",
+        "grafana": "grafana/grafana",
+        "loop-detector": "loop-detector",
+    }
+    assert compose["services"]["loop-detector"]["build"]["dockerfile"] == "Dockerfile"
+
+
+def test_grafana_plugin_is_pinned_and_matches_the_dashboards(compose):
+    from support.grafana_macros import PLUGIN_VERSION as MACROS_PLUGIN_VERSION
+
+    DASHBOARD_PLUGIN_VERSION = load_dashboard_builder().PLUGIN_VERSION
+    plugins = env_of(compose["services"]["grafana"])["GF_INSTALL_PLUGINS"]
+    entries = dict(p.strip().split(" ", 1) for p in plugins.split(","))
+    assert set(entries) == {"grafana-clickhouse-datasource"}
+    version = entries["grafana-clickhouse-datasource"].strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert version == DASHBOARD_PLUGIN_VERSION == MACROS_PLUGIN_VERSION
+
+
+def test_grafana_image_matches_the_dashboard_sdk(compose):
+    # grafana-foundation-sdk versions are "<build>!<grafana version>": the dashboards are generated
+    # for that Grafana schema, so the image runs the same major.minor.
+    sdk = metadata.version("grafana-foundation-sdk").split("!")[-1]
+    tag = compose["services"]["grafana"]["image"].rpartition(":")[2]
+    assert tag.split(".")[:2] == sdk.split(".")[:2], (tag, sdk)
+
+
+def test_every_service_but_the_distroless_collector_has_a_healthcheck(compose):
+    for name, service in compose["services"].items():
+        if name == "otel-collector":
+            continue
+        check = service.get("healthcheck")
+        assert check and check["test"][0] in ("CMD", "CMD-SHELL"), name
+
+
+def test_depends_on_uses_conditions(compose):
+    services = compose["services"]
+    for name in ("otel-collector", "loop-detector", "grafana"):
+        deps = services[name]["depends_on"]
+        assert isinstance(deps, dict), f"{name}: depends_on needs conditions"
+        assert deps["clickhouse"]["condition"] == "service_healthy", name
+        for dep, spec in deps.items():
+            assert dep in services
+            assert spec["condition"] in ("service_started", "service_healthy", "service_completed_successfully")
+            if spec["condition"] == "service_healthy":
+                assert "healthcheck" in services[dep], f"{name} waits for {dep} to be healthy, it has no check"
+
+
+def test_named_volumes_are_declared_and_bind_mounts_exist(compose):
+    declared = set(compose.get("volumes") or {})
+    used = set()
+    for name, service in compose["services"].items():
+        for source, _target in volume_specs(service):
+            if source.startswith((".", "/")):
+                assert (ROOT / source).exists(), f"{name}: {source} does not exist"
+            else:
+                used.add(source)
+    assert used and used == declared
+
+
+def test_clickhouse_runs_our_ddl_as_init_scripts(compose):
+    service = compose["services"]["clickhouse"]
+    assert ("./clickhouse", "/docker-entrypoint-initdb.d") in volume_specs(service)
+    assert any((ROOT / "clickhouse").glob("[0-9][0-9][0-9]_*.sql"))
+    # the healthcheck waits for a table the last DDL file creates
+    check = " ".join(service["healthcheck"]["test"])
+    table = re.search(r"FROM (otel\.\w+)", check).group(1)
+    assert f"CREATE TABLE IF NOT EXISTS {table}" in (ROOT / "clickhouse" / "003_detector.sql").read_text()
+
+
+def test_collector_config_is_mounted_where_the_command_reads_it(compose):
+    service = compose["services"]["otel-collector"]
+    config_arg = next(a for a in service["command"] if a.startswith("--config="))
+    target = config_arg.split("=", 1)[1]
+    assert ("./collector-config/otel-collector.yaml", target) in volume_specs(service)
+    env = env_of(service)
+    assert env["CLICKHOUSE_ENDPOINT"].startswith("tcp://clickhouse:")
+    published = {p.split(":")[0] for p in service["ports"]}
+    assert {"4317", "4318"} <= published
+
+
+def test_loop_detector_service_reaches_the_server(compose):
+    service = compose["services"]["loop-detector"]
+    url = env_of(service)[CLICKHOUSE_URL_ENV]
+    assert re.fullmatch(r"http://\$\{CLICKHOUSE_USER:-\w+\}:\$\{CLICKHOUSE_PASSWORD:-[\w-]+\}@clickhouse:8123", url)
+    assert "8080:8080" in service["ports"]
+    assert "/healthz" in " ".join(service["healthcheck"]["test"])
+
+
+def test_grafana_mounts_match_the_provisioning(compose):
+    service = compose["services"]["grafana"]
+    mounts = dict(volume_specs(service))
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    provider = yaml.safe_load((ROOT / "grafana/provisioning/dashboards/dashboards.yaml").read_text())
+    assert mounts["./grafana/dashboards"] == provider["providers"][0]["options"]["path"]
+    env = env_of(service)
+    home = env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(mounts["./grafana/dashboards"] + "/")
+    assert (ROOT / "grafana/dashboards" / Path(home).name).exists()
+    # every environment variable the provisioning files read is set (Grafana expands $VAR and ${VAR}
+    # in provisioning values, except alert rule query models and annotations, which stay raw)
+    for var in provisioning_env_vars():
+        assert var in env, f"grafana provisioning reads ${var}, the compose service does not set it"
+
+
+def provisioning_env_vars() -> set[str]:
+    found: set[str] = set()
+
+    def walk(node, key=""):
+        if key in ("model", "annotations"):
+            return
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key)
+        elif isinstance(node, str):
+            found.update(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", node.replace("$$", "")))
+
+    for path in (ROOT / "grafana/provisioning").rglob("*.yaml"):
+        walk(yaml.safe_load(path.read_text()))
+    assert found, "the provisioning reads no environment variable at all?"
+    return found
+
+
+# --- Dockerfile --------------------------------------------------------------------------------------
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_builds_the_compiled_wheel_then_installs_it_slim():
+    instructions = dockerfile_instructions()
+    stages = [i for i, (kw, _) in enumerate(instructions) if kw == "FROM"]
+    assert [instructions[i][1] for i in stages] == ["python:3.11 AS build", "python:3.11-slim"]
+    build, final = instructions[stages[0]:stages[1]], instructions[stages[1]:]
+    # the build stage has a C compiler: setup.py compiles the detection core into the wheel
+    build_sources = {source for kw, rest in build if kw == "COPY" for source in shlex.split(rest)[:-1]}
+    assert {"pyproject.toml", "setup.py", "detector"} <= build_sources
+    assert any("pip wheel" in rest and "/wheels" in rest for kw, rest in build if kw == "RUN")
+    # the runtime stage installs that wheel, and ships the DDL
+    assert ("COPY", "--from=build /wheels /wheels") in final
+    assert any("pip install /wheels/" in rest for kw, rest in final if kw == "RUN")
+    assert any(rest.split()[0] == "clickhouse" for kw, rest in final if kw == "COPY")
+    instructions = final
+    env = " ".join(rest for kw, rest in instructions if kw == "ENV")
+    assert f"{SQL_DIR_ENV}=" in env
+    cmd = json.loads(next(rest for kw, rest in instructions if kw == "CMD"))
+    assert cmd[0] == "loop-detector"
+    args = build_parser().parse_args(cmd[1:])  # the real CLI accepts it
+    assert args.func.__name__ == "_cmd_serve" and args.host == "0.0.0.0"
+    assert any(kw == "USER" for kw, _ in instructions)
+
+
+def test_dockerfile_copies_only_what_exists():
+    for kw, rest in dockerfile_instructions():
+        if kw == "COPY" and not rest.startswith("--from="):
+            *sources, _dest = shlex.split(rest)
+            for source in sources:
+                if "*" not in source:
+                    assert (ROOT / source).exists(), source
+
+
+# --- collector config --------------------------------------------------------------------------------
+
+def test_collector_pipeline_receivers_processors_clickhouse(collector):
+    traces = collector["service"]["pipelines"]["traces"]
+    assert traces["receivers"] == ["otlp"]
+    assert traces["processors"][0] == "memory_limiter" and traces["processors"][-1] == "batch"
+    assert traces["exporters"] == ["clickhouse"]
+    # everything referenced is defined, everything defined is used
+    for kind in ("receivers", "processors", "exporters"):
+        assert set(traces[kind]) == set(collector[kind]), kind
+    assert collector["service"]["extensions"] == ["health_check"] and "health_check" in collector["extensions"]
+
+
+def test_collector_receives_otlp_on_the_standard_ports(collector):
+    protocols = collector["receivers"]["otlp"]["protocols"]
+    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
+    assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
+
+
+def test_collector_exports_into_our_schema_without_creating_it(collector, tmp_path):
+    exporter = collector["exporters"]["clickhouse"]
+    assert exporter["create_schema"] is False
+    assert exporter["database"] == "otel" and exporter["traces_table_name"] == "otel_traces"
+    m = re.fullmatch(r"\$\{env:CLICKHOUSE_ENDPOINT:-(tcp://clickhouse:9000)\}", exporter["endpoint"])
+    assert m, exporter["endpoint"]
+    assert exporter["retry_on_failure"]["enabled"] is True
+    assert exporter["sending_queue"]["enabled"] is True and exporter["sending_queue"]["queue_size"] > 0
+    # the table it writes to is one our DDL creates
+    store = ChdbStore(tmp_path)
+    try:
+        apply_schema(store)
+        rows = store.rows("SELECT name FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+                          {"db": exporter["database"], "t": exporter["traces_table_name"]})
+    finally:
+        store.close()
+    assert rows == [{"name": "otel_traces"}]
+
+
+def test_collector_memory_limiter_and_batch_are_configured(collector):
+    limiter = collector["processors"]["memory_limiter"]
+    assert limiter["check_interval"] and 0 < limiter["spike_limit_percentage"] < limiter["limit_percentage"] <= 100
+    batch = collector["processors"]["batch"]
+    assert batch["send_batch_size"] <= batch["send_batch_max_size"]
