@@ -13,10 +13,9 @@ import copy
 import re
 from pathlib import Path
 
+import grafana_provisioning as gp
 import pytest
 import yaml
-
-import grafana_provisioning as gp
 
 ROOT = Path(__file__).resolve().parent.parent
 PROVISIONING = ROOT / "grafana" / "provisioning"
