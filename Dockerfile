@@ -23,8 +23,11 @@ WORKDIR /opt/loop-detector
 
 COPY --from=build /wheels /wheels
 COPY clickhouse ./clickhouse
+# Exact versions of every runtime dependency (regenerated with pip freeze, see the file's header): the
+# image installs what was tested, not whatever is newest on the day it is built.
+COPY constraints.txt ./
 
-RUN pip install /wheels/*.whl \
+RUN pip install -c constraints.txt /wheels/*.whl \
     && rm -rf /wheels \
     && useradd --system --uid 10001 --home-dir /data --no-create-home loop \
     && mkdir -p /data \

@@ -13,9 +13,12 @@ import importlib.util
 import json
 import re
 import shlex
+import tomllib
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import collector_config
 import jsonschema
 import pytest
 import yaml
@@ -48,6 +51,36 @@ def load_dashboard_builder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """``name:tag@sha256:digest`` split the way Docker reads it."""
+
+    name: str
+    tag: str
+    digest: str
+
+
+def image_ref(image: str) -> ImageRef:
+    reference, _, digest = image.partition("@")
+    name, _, tag = reference.rpartition(":")
+    if "/" in tag:  # "host:port/name" without a tag
+        name, tag = reference, ""
+    return ImageRef(name, tag, digest)
+
+
+def published_ports(service: dict) -> dict[int, str]:
+    """container port -> the host address it is published on (compose short syntax, with the
+    ``${VAR:-default}`` address resolved to its default)."""
+    out = {}
+    for spec in service.get("ports", []):
+        m = re.fullmatch(r"(?:(\$\{\w+:-[^}]+\}|[\d.]+):)?(\d+):(\d+)(?:/(tcp|udp))?", str(spec))
+        assert m, f"unparsed port spec {spec!r}"
+        host = m.group(1) or "0.0.0.0"
+        default = re.fullmatch(r"\$\{\w+:-([^}]+)\}", host)
+        out[int(m.group(3))] = default.group(1) if default else host
+    return out
 
 
 def env_of(service: dict) -> dict[str, str]:
@@ -92,14 +125,36 @@ def test_every_image_is_pinned(compose):
     for name, service in compose["services"].items():
         image = service.get("image")
         assert image, f"{name}: no image (a built service still gets a versioned tag)"
-        repo, _, tag = image.rpartition(":")
-        assert repo and "/" not in tag, f"{name}: {image} has no tag"
-        assert tag != "latest" and not tag.startswith("latest"), f"{name}: {image} is not pinned"
-        assert re.match(r"^v?\d+(\.\d+)+", tag), f"{name}: {image} is not pinned to a version"
+        ref = image_ref(image)
+        assert ref.name and ref.tag, f"{name}: {image} has no tag"
+        assert ref.tag != "latest" and not ref.tag.startswith("latest"), f"{name}: {image} is not pinned"
+        assert re.match(r"^v?\d+(\.\d+)+", ref.tag), f"{name}: {image} is not pinned to a version"
+
+
+def test_every_pulled_image_is_pinned_by_digest(compose):
+    """A tag can be moved; the digest is what Docker pulls. The locally built image has none."""
+    for name, service in compose["services"].items():
+        ref = image_ref(service["image"])
+        if "build" in service:
+            assert not ref.digest, name
+            continue
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", ref.digest), f"{name}: {service['image']} has no digest"
+    assert {name: service["image"] for name, service in compose["services"].items() if "build" not in service} == PINNED
+
+
+# Exact pins (docs/scaling.md says where each digest came from). ClickHouse 26.8 is the LTS released in
+# August 2026; Grafana 12.4 the last 12.x minor; contrib 0.162.0 the collector release of October 2026.
+PINNED = {
+    "clickhouse": "clickhouse/clickhouse-server:26.8.1.2041@sha256:"
+                  "9f8fa0d51f86611fda226c4085cdafdddce35312a60c934de2e4450d61fcb99a",
+    "otel-collector": "otel/opentelemetry-collector-contrib:0.162.0@sha256:"
+                      "39923a8e431bd1f57be82411999d389fcfe40857492e4365456d97a4c1f74be6",
+    "grafana": "grafana/grafana:12.4.11@sha256:3ea272e5cab64a4a62240c682e2c62433b25614d956d44c299a10cb6994f6f2e",
+}
 
 
 def test_the_expected_services_and_images(compose):
-    images = {name: s["image"].rpartition(":")[0] for name, s in compose["services"].items()}
+    images = {name: image_ref(s["image"]).name for name, s in compose["services"].items()}
     assert images == {
         "clickhouse": "clickhouse/clickhouse-server",
         "otel-collector": "otel/opentelemetry-collector-contrib",
@@ -113,20 +168,49 @@ def test_grafana_plugin_is_pinned_and_matches_the_dashboards(compose):
     from support.grafana_macros import PLUGIN_VERSION as MACROS_PLUGIN_VERSION
 
     DASHBOARD_PLUGIN_VERSION = load_dashboard_builder().PLUGIN_VERSION
-    plugins = env_of(compose["services"]["grafana"])["GF_INSTALL_PLUGINS"]
-    entries = dict(p.strip().split(" ", 1) for p in plugins.split(","))
+    env = env_of(compose["services"]["grafana"])
+    # GF_INSTALL_PLUGINS is deprecated in Grafana 12; GF_PLUGINS_PREINSTALL_SYNC installs before start-up,
+    # as "id@version[@url]" entries, comma separated (pkg/setting/setting_plugins.go).
+    assert "GF_INSTALL_PLUGINS" not in env
+    # preinstall_disabled=true switches preinstall_sync off as well (setting_plugins_test.go: "should not
+    # process at all when preinstall is disabled"), and the data source would then have no plugin.
+    assert env.get("GF_PLUGINS_PREINSTALL_DISABLED", "false").lower() != "true"
+    entries = dict(p.strip().split("@", 1) for p in env["GF_PLUGINS_PREINSTALL_SYNC"].split(","))
     assert set(entries) == {"grafana-clickhouse-datasource"}
     version = entries["grafana-clickhouse-datasource"].strip()
     assert re.fullmatch(r"\d+\.\d+\.\d+", version)
     assert version == DASHBOARD_PLUGIN_VERSION == MACROS_PLUGIN_VERSION
 
 
-def test_grafana_image_matches_the_dashboard_sdk(compose):
-    # grafana-foundation-sdk versions are "<build>!<grafana version>": the dashboards are generated
-    # for that Grafana schema, so the image runs the same major.minor.
-    sdk = metadata.version("grafana-foundation-sdk").split("!")[-1]
-    tag = compose["services"]["grafana"]["image"].rpartition(":")[2]
-    assert tag.split(".")[:2] == sdk.split(".")[:2], (tag, sdk)
+# grafana/grafana apps/dashboard/pkg/migration/schemaversion/migrations.go in the 12.x line: Grafana
+# migrates a dashboard from MIN_VERSION up to LATEST_VERSION when it loads it.
+GRAFANA12_DASHBOARD_SCHEMA = (9, 42)
+
+
+def test_grafana_image_loads_the_dashboard_schema(compose):
+    # grafana-foundation-sdk versions are "<build>!<grafana version>": the dashboards are generated for
+    # that Grafana's schema. The newest versioned SDK is 11.6 (there is none for 12.x yet); Grafana 12
+    # migrates older schema versions forward on load, so the image may be newer but never older.
+    sdk = tuple(int(x) for x in metadata.version("grafana-foundation-sdk").split("!")[-1].split(".")[:2])
+    grafana = tuple(int(x) for x in image_ref(compose["services"]["grafana"]["image"]).tag.split(".")[:2])
+    assert grafana[0] == 12 and grafana >= sdk, (grafana, sdk)
+    low, high = GRAFANA12_DASHBOARD_SCHEMA
+    for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
+        version = json.loads(path.read_text())["schemaVersion"]
+        assert low <= version <= high, (path.name, version)
+
+
+def test_ports_are_published_on_loopback_unless_configured(compose):
+    """The stack ships default passwords: nothing is reachable from other machines by default."""
+    expected = {"clickhouse": {8123, 9000}, "otel-collector": {4317, 4318, 13133}, "loop-detector": {8080},
+                "grafana": {3000}}
+    for name, service in compose["services"].items():
+        ports = published_ports(service)
+        assert set(ports) == expected[name], name
+        assert set(ports.values()) == {"127.0.0.1"}, (name, ports)
+        for spec in service["ports"]:
+            assert str(spec).startswith("${LOOP_DETECTOR_PUBLISH_ADDRESS:-127.0.0.1}:"), spec
+    assert "LOOP_DETECTOR_PUBLISH_ADDRESS" in (ROOT / "docs" / "scaling.md").read_text()
 
 
 def test_every_service_but_the_distroless_collector_has_a_healthcheck(compose):
@@ -179,15 +263,14 @@ def test_collector_config_is_mounted_where_the_command_reads_it(compose):
     assert ("./collector-config/otel-collector.yaml", target) in volume_specs(service)
     env = env_of(service)
     assert env["CLICKHOUSE_ENDPOINT"].startswith("tcp://clickhouse:")
-    published = {p.split(":")[0] for p in service["ports"]}
-    assert {"4317", "4318"} <= published
+    assert {4317, 4318} <= set(published_ports(service))
 
 
 def test_loop_detector_service_reaches_the_server(compose):
     service = compose["services"]["loop-detector"]
     url = env_of(service)[CLICKHOUSE_URL_ENV]
     assert re.fullmatch(r"http://\$\{CLICKHOUSE_USER:-\w+\}:\$\{CLICKHOUSE_PASSWORD:-[\w-]+\}@clickhouse:8123", url)
-    assert "8080:8080" in service["ports"]
+    assert set(published_ports(service)) == {8080}
     assert "/healthz" in " ".join(service["healthcheck"]["test"])
 
 
@@ -252,7 +335,8 @@ def test_dockerfile_builds_the_compiled_wheel_then_installs_it_slim():
     assert any("pip wheel" in rest and "/wheels" in rest for kw, rest in build if kw == "RUN")
     # the runtime stage installs that wheel, and ships the DDL
     assert ("COPY", "--from=build /wheels /wheels") in final
-    assert any("pip install /wheels/" in rest for kw, rest in final if kw == "RUN")
+    assert any(re.search(r"pip install -c constraints\.txt /wheels/", rest) for kw, rest in final if kw == "RUN")
+    assert ("COPY", "constraints.txt ./") in final
     assert any(rest.split()[0] == "clickhouse" for kw, rest in final if kw == "COPY")
     instructions = final
     env = " ".join(rest for kw, rest in instructions if kw == "ENV")
@@ -316,3 +400,88 @@ def test_collector_memory_limiter_and_batch_are_configured(collector):
     assert limiter["check_interval"] and 0 < limiter["spike_limit_percentage"] < limiter["limit_percentage"] <= 100
     batch = collector["processors"]["batch"]
     assert batch["send_batch_size"] <= batch["send_batch_max_size"]
+
+
+# --- the collector config, validated the way the collector validates it ----------------------------------
+
+def collector_env(compose: dict) -> dict[str, str]:
+    return {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", v) for k, v in env_of(compose["services"]["otel-collector"]).items()}
+
+
+def test_collector_config_is_accepted_by_the_pinned_collector(compose, collector):
+    errors = collector_config.validate(collector, collector_env(compose))
+    assert not errors, "\n".join(errors)
+    assert image_ref(compose["services"]["otel-collector"]["image"]).tag == "0.162.0"
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("exporters", "clickhouse", "create_schemas"), False, "'exporters::clickhouse' has invalid keys: create_schemas"),
+    (("exporters", "clickhouse", "traces_table"), "otel_traces", "has invalid keys: traces_table"),
+    (("exporters", "clickhouse", "retry_on_failure", "max_retries"), 3, "retry_on_failure' has invalid keys"),
+    (("exporters", "clickhouse", "sending_queue", "queue"), 3, "sending_queue' has invalid keys: queue"),
+    (("exporters", "clickhouse", "create_schema"), "false", "expected a bool"),
+    (("exporters", "clickhouse", "timeout"), "10 s", "time: invalid duration"),
+    (("exporters", "clickhouse", "endpoint"), "127.0.0.1:9000", "endpoint must be url format"),
+    (("exporters", "clickhouse", "compress"), "snappy", "compress must be one of"),
+    (("receivers", "otlp", "protocols", "grpc", "port"), 4317, "grpc' has invalid keys: port"),
+    (("processors", "memory_limiter", "spike_limit_percentage"), 90, "memSpikeLimitPercentage must be smaller"),
+    (("processors", "batch", "send_batch_max_size"), 10, "send_batch_max_size must be greater or equal"),
+    (("service", "pipelines", "traces", "exporters"), ["clickhouse", "otlp"], 'references exporter "otlp"'),
+    (("service", "extensions"), ["health_check", "pprof"], 'references extension "pprof"'),
+])
+def test_collector_refuses_a_broken_config(compose, collector, path, value, message):
+    broken = json.loads(json.dumps(collector))
+    node = broken
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    errors = collector_config.validate(broken, collector_env(compose))
+    assert any(message in e for e in errors), errors
+
+
+def test_go_durations():
+    assert collector_config.go_duration_seconds("1m30s") == 90
+    assert collector_config.go_duration_seconds("300ms") == 0.3
+    for bad in ("", "10", "1d", "s"):
+        with pytest.raises(ValueError):
+            collector_config.go_duration_seconds(bad)
+
+
+# --- constraints and the build context ----------------------------------------------------------------------
+
+def constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version, f"constraints.txt: {line!r} is not an exact pin"
+            key = re.sub(r"[-_.]+", "-", name).lower()
+            assert key not in pins, f"constraints.txt pins {name} twice"
+            pins[key] = version
+    return pins
+
+
+def test_constraints_pin_every_runtime_dependency_within_pyproject():
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pins = constraints()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for spec in project["dependencies"]:
+        req = Requirement(spec)
+        key = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert key in pins, f"constraints.txt does not pin {req.name}"
+        assert req.specifier.contains(Version(pins[key]), prereleases=True), (req.name, pins[key], str(req.specifier))
+    assert "loop-detector" not in pins  # the project itself is installed from the wheel
+
+
+def test_dockerignore_keeps_local_state_out_of_the_build_context():
+    patterns = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv*", ".loop-detector", "build", "dist", "node_modules", "**/__pycache__",
+            "**/*.so"} <= patterns
+    # and nothing the Dockerfile copies is ignored
+    copied = {source for kw, rest in dockerfile_instructions() if kw == "COPY" and not rest.startswith("--from=")
+              for source in shlex.split(rest)[:-1]}
+    assert not copied & patterns, copied & patterns
