@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-import collector_config
 import jsonschema
 import pytest
 import yaml
+from support import collector_config
 
 from detector.cli.main import build_parser
 from detector.storage.schema import SQL_DIR_ENV, apply_schema

@@ -2,7 +2,7 @@
 
 A provisioning error is not a warning in Grafana: a rule Grafana refuses stops the provisioning module,
 which stops the HTTP server, and ``restart: unless-stopped`` loops the container (no dashboards, no
-alerts). Parsing the YAML proves nothing, so tests/grafana_provisioning.py repeats the checks Grafana's
+alerts). Parsing the YAML proves nothing, so tests/support/grafana_provisioning.py repeats the checks Grafana's
 provisioning code makes (each one cites its source) and this module applies them: to the committed
 files, which must pass, and to broken copies, which must be refused for the right reason.
 """
@@ -13,11 +13,11 @@ import copy
 import re
 from pathlib import Path
 
-import grafana_provisioning as gp
 import pytest
 import yaml
+from support import grafana_provisioning as gp
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROVISIONING = ROOT / "grafana" / "provisioning"
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 COMPOSE = ROOT / "docker-compose.yml"
