@@ -139,9 +139,8 @@ class OpenAIAgentsRunner(Runner):
         set_default_openai_client(AsyncOpenAI(base_url=base_url, api_key="sk-stub"), use_for_tracing=False)
 
     def run(self, sc, tools, session_id, on_turn):
-        from agents import Agent
+        from agents import Agent, function_tool
         from agents import Runner as AgentsRunner
-        from agents import function_tool
         from agents.exceptions import AgentsException
         from openinference.instrumentation import using_session
 

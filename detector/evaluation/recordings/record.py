@@ -72,6 +72,9 @@ CONTENT_SWITCH = {
                         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
                   "off": "default (nothing set: v1.30 GenAI conventions, no content, no tool spans)"},
 }
+# span attributes that carry a session / conversation id in the instrumentations recorded here
+SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id",
+                "traceloop.association.properties.thread_id")
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
 SCRUBBED_RESOURCE_PREFIXES = ("host.", "process.", "os.", "container.")
 
@@ -236,7 +239,13 @@ def span_stats(request: Any) -> dict[str, Any]:
         return (a.get("gen_ai.operation.name") == "execute_tool" or a.get("openinference.span.kind") == "TOOL"
                 or a.get("traceloop.span.kind") == "tool")
 
+    candidates: dict[str, list[str]] = {}
+    for _, a in spans:
+        for key in SESSION_KEYS:
+            if a.get(key) and a[key] not in candidates.setdefault(key, []):
+                candidates[key].append(a[key])
     return {"spans": len(spans), "llm_spans": sum(1 for _, a in spans if is_llm(a)),
+            "session_candidates": candidates,
             "tool_spans": sum(1 for _, a in spans if is_tool(a)),
             "error_spans": sum(1 for s, _ in spans if s.status.code == 2), "trace_ids": traces,
             "attribute_keys": sorted({k for _, a in spans for k in a})}
@@ -258,13 +267,12 @@ def versions(framework: str) -> dict[str, str]:
 
 
 def run_worker(framework: str, content: str, scenario_ids: list[str], results: Path) -> None:
+    from frameworks import RUNNERS
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from frameworks import RUNNERS
     from scenarios import BY_ID
     from stub_model import StubModel
     from tools import World, make_tools
@@ -292,11 +300,12 @@ def run_worker(framework: str, content: str, scenario_ids: list[str], results: P
         turn_starts: list[int] = []
         session_id = session_id_for(framework, content, sc)
         started = time.monotonic()
-        runner.run(sc, make_tools(world), session_id, lambda i: turn_starts.append(len(stub.log)))
+        runner.run(sc, make_tools(world), session_id,
+                   lambda i, starts=turn_starts: starts.append(len(stub.log)))
         provider.force_flush()
         request = merge(capture.take())
         dropped = scrub_resources(request)
-        text = scrub_text(json.dumps(to_otlp_json(request), indent=1, ensure_ascii=False))
+        text = scrub_text(json.dumps(to_otlp_json(request), separators=(",", ":"), ensure_ascii=False))
         leaks = [f for f in forbidden if f in text]
         if leaks:
             raise SystemExit(f"{sid}: machine-specific strings left in the recording: {leaks}")
@@ -379,6 +388,8 @@ MANIFEST_HEAD = {
         "llm_spans": "spans the instrumentation marked as LLM calls (gen_ai.operation.name chat, "
                      "openinference.span.kind LLM, llm.request.type chat)",
         "tool_spans": "spans marked as tool executions (execute_tool, TOOL, traceloop.span.kind tool)",
+        "session_candidates": "distinct values, in order, of each span attribute that can carry a session "
+                              "(gen_ai.conversation.id, session.id, OpenLLMetry's association properties)",
     },
 }
 

@@ -15,7 +15,7 @@ the next document of a batch), also a new trace in the same session.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from stub_model import Conversation, Reply, ToolCall

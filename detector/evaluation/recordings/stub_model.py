@@ -4,8 +4,8 @@ It serves ``POST /v1/chat/completions`` and ``POST /v1/responses`` (the Agents S
 local port, stdlib only. What the model answers is a pure function of the scenario being recorded (set by the
 recorder between runs, never sent by the agent, so no label leaks into the spans) and of the request: the
 scenario's policy reads the conversation (system prompt, user turns, tool calls and tool results so far) and
-returns the next assistant turn. Ids in the answer are hashes of the request, so a re-recording sends the
-frameworks byte-identical answers. Usage is reported from message sizes (about 4 characters a token), as the
+returns the next assistant turn. Ids in the answer (response, tool call) are hashes of the request and of the
+call's position in the session: unique per call, as a real API's are, and the same on every re-recording. Usage is reported from message sizes (about 4 characters a token), as the
 examples' stub does.
 
 Every request is logged with the policy's own verdict (``wasted``: this call repeats earlier behaviour without
@@ -172,8 +172,8 @@ def latency(reply: Reply) -> float:
     return 0.15 + 0.005 * _completion_tokens(reply)
 
 
-def chat_answer(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    key = _digest(body.get("messages"))
+def chat_answer(body: dict[str, Any], reply: Reply, seq: int) -> dict[str, Any]:
+    key = _digest(body.get("messages"), seq)
     message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
     if reply.tool_calls:
         message["tool_calls"] = [
@@ -194,8 +194,8 @@ def chat_answer(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     }
 
 
-def responses_answer(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    key = _digest(body.get("input"), body.get("instructions"))
+def responses_answer(body: dict[str, Any], reply: Reply, seq: int) -> dict[str, Any]:
+    key = _digest(body.get("input"), body.get("instructions"), seq)
     output: list[dict[str, Any]] = []
     if reply.text:
         output.append({"type": "message", "id": f"msg_{key[:40]}", "status": "completed", "role": "assistant",
@@ -280,9 +280,10 @@ class StubModel:
         with self._lock:
             assert self.policy is not None, "no scenario set"
             reply = self.policy(conv)
+            seq = len(self.log)
             self.log.append(LoggedCall(api, reply.wasted, [c.name for c in reply.tool_calls]))
         time.sleep(latency(reply))
-        return 200, chat_answer(body, reply) if api == "chat" else responses_answer(body, reply)
+        return 200, chat_answer(body, reply, seq) if api == "chat" else responses_answer(body, reply, seq)
 
     def __enter__(self) -> StubModel:
         self.thread.start()
