@@ -38,6 +38,7 @@ from detector.service.memory import estimate_bytes
 from detector.service.webhooks import WebhookDispatcher
 from detector.settings.config import AppConfig, ConfigError, load_config
 from detector.settings.vocabulary import SCOPE_SESSION
+from detector.storage.retention import apply_retention
 from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
 
@@ -88,6 +89,7 @@ class Service:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = store or open_store(self.data_dir, config.store.url)
         apply_schema(self.store, cluster=config.store.cluster)
+        self._apply_retention(config)
         self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
         config = self.config = self.policy.apply(config)
         self.book = DecisionBook()
@@ -175,7 +177,13 @@ class Service:
             self.apply_config(self.policy.apply(config))
             return []
 
+    def _apply_retention(self, config: AppConfig) -> None:
+        for change in apply_retention(self.store, config.retention, config.store.cluster):
+            log.info("retention changed", extra={"table": change.table, "ttl": change.after or "none"})
+
     def apply_config(self, config: AppConfig) -> None:
+        if config.retention != self.config.retention:
+            self._apply_retention(config)
         self.config = config
         self.job.reconfigure(config)
         if self.scheduler is not None:
