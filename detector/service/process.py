@@ -35,7 +35,7 @@ from detector.enforcement.preflight import PendingWindows
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
-from detector.service.webhooks import WebhookDispatcher
+from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
 from detector.settings.vocabulary import SCOPE_SESSION
 from detector.storage.retention import apply_retention
@@ -107,10 +107,9 @@ class Service:
         self.started_at = time.time()
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
                                                   self.ingest_metrics.spans_rejected))
-        self.webhooks = WebhookDispatcher(config.webhooks, config.grafana_url) if config.webhooks else None
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
-        if self.webhooks is not None:
-            self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
+        self.webhooks: WebhookDispatcher | None = None
+        self._start_webhooks(config)
         self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
@@ -177,6 +176,18 @@ class Service:
             self.apply_config(self.policy.apply(config))
             return []
 
+    def _start_webhooks(self, config: AppConfig) -> None:
+        """The outbox worker, on the first detector replica only (one deliverer, no duplicates across replicas)."""
+        if self.webhooks is not None:
+            self.webhooks.update(config.webhooks, config.webhook_delivery, config.grafana_url)
+            return
+        if not config.webhooks or config.detector.shard_index != 0:
+            return
+        self.webhooks = WebhookDispatcher(self.store, config.webhooks, config.webhook_delivery, config.grafana_url,
+                                          lag_seconds=config.detector.watermark_lag_seconds)
+        self.job.on_cycle.append(self.webhooks.notify)
+        self.metrics.registry.register(WebhookMetrics(self.webhooks))
+
     def _apply_retention(self, config: AppConfig) -> None:
         for change in apply_retention(self.store, config.retention, config.store.cluster):
             log.info("retention changed", extra={"table": change.table, "ttl": change.after or "none"})
@@ -184,6 +195,8 @@ class Service:
     def apply_config(self, config: AppConfig) -> None:
         if config.retention != self.config.retention:
             self._apply_retention(config)
+        if (config.webhooks, config.webhook_delivery) != (self.config.webhooks, self.config.webhook_delivery):
+            self._start_webhooks(config)
         self.config = config
         self.job.reconfigure(config)
         if self.scheduler is not None:
