@@ -209,7 +209,7 @@ class WebhookDispatcher:
     def retry_dead_letters(self, event_id: str | None = None) -> int:
         """Queue dead letters again (all, or one event's), with a fresh count of attempts."""
         dead = self.outbox.dead_for(event_id)
-        now = self.outbox.now_us()
+        now = _now_us()
         for d in dead:
             d.status, d.attempts, d.next_us, d.last_error = PENDING, 0, now, f"re-queued by an operator ({d.last_error})"
         if dead:
@@ -231,7 +231,7 @@ class WebhookDispatcher:
         self.notify()
         while time.monotonic() < deadline:
             if self._idle.wait(0.05) and not self._wake.is_set():
-                left = self.pending_count() if pending else len(self._due(self.outbox.now_us()))
+                left = self.pending_count() if pending else len(self._due(_now_us()))
                 if not left:
                     return True
         return False
@@ -274,20 +274,20 @@ class WebhookDispatcher:
     def pump(self) -> None:
         """One round: take in new events, then attempt every delivery that is due."""
         self._take_in()
-        for delivery in self._due(self.outbox.now_us()):
+        for delivery in self._due(_now_us()):
             if self._stop.is_set():
                 return
             self._attempt(delivery)
 
     def _take_in(self) -> None:
-        upto = self.outbox.now_us() - self.lag_us
+        upto = _now_us() - self.lag_us
         while upto > self.cursor_us:
             events = self.outbox.new_events(self.cursor_us, upto)
             if not events:
                 break
             with self._lock:
                 hooks, dashboard_url = list(self.hooks), self.dashboard_url
-            created = self.outbox.now_us()
+            created = _now_us()
             fresh: list[Delivery] = []
             for event in events:
                 eid = event_id(event)
@@ -361,6 +361,12 @@ class WebhookDispatcher:
             if delivery.status == DEAD:
                 self.dead_total += 1
                 self._dead_now += 1
+
+
+def _now_us() -> int:
+    """This host's clock: the cursor is compared with ``inserted_at`` (the store's clock; the same host for chDB,
+    and ``lag_seconds`` covers a server's skew), the schedule is this worker's own."""
+    return time.time_ns() // 1000
 
 
 class WebhookMetrics(Collector):
