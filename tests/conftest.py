@@ -20,10 +20,11 @@ def fast_config() -> AppConfig:
     return config
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def clickhouse_url(tmp_path_factory):
     """A ClickHouse server's URL for the server-store tests: $LOOP_DETECTOR_CLICKHOUSE_URL, else loop-detector's own
-    ClickHouse-compatible endpoint over a chDB store with writes enabled (tests/support/clickhouse_server.py)."""
+    ClickHouse-compatible endpoint over a chDB store with writes enabled (tests/support/clickhouse_server.py).
+    Per module: chDB holds one data directory per process at a time, and other modules open their own."""
     url = os.environ.get(CLICKHOUSE_URL_ENV)
     if url:
         yield url

@@ -231,8 +231,12 @@ class _Endpoint:
         compress = url_settings.get("enable_http_compression", "0") not in ("0", "false", "")
         head = (query + "\n" + body[:65536].decode("latin-1")) if query else body[:65536].decode("latin-1")
         first = head.lstrip().split(None, 1)[0].upper() if head.strip() else ""
-        if first == "INSERT" or (first not in _READ_WORDS and not first.startswith("(")):
+        reads = first in _READ_WORDS or first.startswith("(")
+        if self.settings.allow_writes and not reads:
             return await self._write(request, query, body, query_params, query_id)
+        if first == "INSERT":
+            raise ClickHouseError(164, "READONLY", "Cannot execute query in readonly mode: this endpoint only reads "
+                                  "(SELECT, SHOW, DESCRIBE, EXISTS, EXPLAIN)")
         sql = f"{query}\n{body.decode('utf-8', 'replace')}" if query and body else query or body.decode("utf-8", "replace")
         prepared = prepare(sql, url_settings, read_only=True)
         fmt = prepared.fmt or params.get("default_format") or request.headers.get("x-clickhouse-format") \
@@ -278,9 +282,6 @@ class _Endpoint:
     # -- writes (tests only) ------------------------------------------------------------------------------------
     async def _write(self, request: Request, query: str, body: bytes, query_params: dict[str, str],
                      query_id: str) -> Response:
-        if not self.settings.allow_writes:
-            raise ClickHouseError(164, "READONLY", "Cannot execute query in readonly mode: this endpoint only reads "
-                                  "(SELECT, SHOW, DESCRIBE, EXISTS, EXPLAIN)")
         if request.method != "POST":
             raise ClickHouseError(164, "READONLY", "Cannot execute query in readonly mode. For queries over HTTP, "
                                   "method GET implies readonly. You should use method POST for modifying queries")
