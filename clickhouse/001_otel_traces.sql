@@ -3,7 +3,8 @@
 -- exporter/clickhouseexporter/internal/sqltemplates/traces_table.sql, traces_id_ts_lookup_table.sql and
 -- traces_id_ts_lookup_mv.sql, rendered for database `otel`, table `otel_traces`, engine MergeTree(), no cluster,
 -- no TTL), so a collector configured with `create_schema: false` writes straight into them and the Grafana
--- plugin finds the lookup table it uses for trace-id searches. docs/scaling.md says how the templates were read.
+-- plugin finds the lookup table it uses for trace-id searches. docs/scaling.md says how the templates were read
+-- (and what could not be verified).
 -- Both ingest paths (loop-detector's own OTLP receiver and the collector) write here.
 -- Retention is not in the DDL (the exporter renders its `ttl` only when it creates the schema): the service sets
 -- it with ALTER TABLE ... MODIFY TTL from the `retention:` config (detector/storage/retention.py).

@@ -1,8 +1,9 @@
 """The exporter's schema, as ClickHouse itself reports it once our DDL ran on chDB.
 
-The expected values are the contrib ClickHouse exporter's templates at the collector version docker-compose.yml
-pins (0.162.0: internal/sqltemplates/traces_table.sql, traces_id_ts_lookup_table.sql, traces_id_ts_lookup_mv.sql),
-rendered for database ``otel``, table ``otel_traces``, engine ``MergeTree()``, no cluster and no TTL. They are
+The expected values are the contrib ClickHouse exporter's templates for the collector version docker-compose.yml
+pins (0.162.0: internal/sqltemplates/traces_table.sql, traces_id_ts_lookup_table.sql, traces_id_ts_lookup_mv.sql;
+docs/scaling.md says how they were read and what could not be verified), rendered for database ``otel``, table
+``otel_traces``, engine ``MergeTree()``, no cluster and no TTL. They are
 compared with what ``system.columns``, ``system.tables`` and ``system.data_skipping_indices`` say, so a column,
 type, codec, key, partition or index that drifts from the exporter's fails here, whatever the DDL's spelling.
 """
