@@ -44,6 +44,28 @@ SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
 CREATE TABLE IF NOT EXISTS otel.otel_traces ON CLUSTER 'loop_cluster' AS otel.otel_traces_local
 ENGINE = Distributed('loop_cluster', 'otel', 'otel_traces_local', cityHash64(TraceId));
 
+CREATE TABLE IF NOT EXISTS otel.otel_traces_trace_id_ts_local ON CLUSTER 'loop_cluster' (
+    TraceId String CODEC(ZSTD(1)),
+    Start DateTime CODEC(Delta, ZSTD(1)),
+    End DateTime CODEC(Delta, ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.01) GRANULARITY 1
+) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/otel/otel_traces_trace_id_ts_local', '{replica}')
+PARTITION BY toDate(Start)
+ORDER BY (TraceId, Start)
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
+
+CREATE TABLE IF NOT EXISTS otel.otel_traces_trace_id_ts ON CLUSTER 'loop_cluster' AS otel.otel_traces_trace_id_ts_local
+ENGINE = Distributed('loop_cluster', 'otel', 'otel_traces_trace_id_ts_local', cityHash64(TraceId));
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS otel.otel_traces_trace_id_ts_mv ON CLUSTER 'loop_cluster' TO otel.otel_traces_trace_id_ts_local AS
+SELECT
+    TraceId,
+    min(Timestamp) as Start,
+    max(Timestamp) as End
+FROM otel.otel_traces_local
+WHERE TraceId != ''
+GROUP BY TraceId;
+
 CREATE TABLE IF NOT EXISTS otel.genai_calls_local ON CLUSTER 'loop_cluster' (
     inserted_at DateTime64(6) DEFAULT now64(6),
     ts DateTime64(9),
@@ -411,3 +433,22 @@ ORDER BY key;
 
 CREATE TABLE IF NOT EXISTS otel.loop_meta ON CLUSTER 'loop_cluster' AS otel.loop_meta_local
 ENGINE = Distributed('loop_cluster', 'otel', 'loop_meta_local', cityHash64(key));
+
+CREATE TABLE IF NOT EXISTS otel.loop_webhook_outbox_local ON CLUSTER 'loop_cluster' (
+    endpoint String,
+    event_id String,
+    kind LowCardinality(String),
+    body String,
+    status LowCardinality(String),
+    attempts UInt32,
+    next_attempt_at DateTime64(6),
+    last_status UInt16,
+    last_error String,
+    created_at DateTime64(6),
+    updated_at DateTime64(6) DEFAULT now64(6),
+    version UInt64
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/otel/loop_webhook_outbox_local', '{replica}', version)
+ORDER BY (endpoint, event_id);
+
+CREATE TABLE IF NOT EXISTS otel.loop_webhook_outbox ON CLUSTER 'loop_cluster' AS otel.loop_webhook_outbox_local
+ENGINE = Distributed('loop_cluster', 'otel', 'loop_webhook_outbox_local', cityHash64(event_id));

@@ -26,9 +26,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if args.shard:
         config.detector.shard = args.shard
+    if args.clickhouse_http_port is not None:
+        config.clickhouse_http.port = args.clickhouse_http_port
     service = Service(config, args.data_dir, config_path=args.config)
+    clickhouse = (f", ClickHouse HTTP (read-only, user default) on http://{args.host}:{config.clickhouse_http.port}"
+                  if service.clickhouse_app is not None else "")
     print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
-          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}; "
+          f"API on http://{args.host}:{args.api_port} (docs at /docs){clickhouse}, data in {args.data_dir}; "
           f"detection core: {native.status()}", file=sys.stderr)
     try:
         asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
@@ -93,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-port", type=int, default=8080)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
+    serve.add_argument("--clickhouse-http-port", type=int, metavar="PORT",
+                       help="also serve a read-only ClickHouse-compatible HTTP endpoint over the embedded store on "
+                            "this port (conventionally 8123), for Grafana's ClickHouse plugin (config: "
+                            "clickhouse_http.port; off when not set)")
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(func=_cmd_serve)
 

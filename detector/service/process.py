@@ -25,6 +25,7 @@ import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from detector.api.app import create_api
+from detector.api.clickhouse_http import create_clickhouse_http_app
 from detector.api.metrics import Metrics
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
@@ -35,27 +36,31 @@ from detector.enforcement.preflight import PendingWindows
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
-from detector.service.webhooks import WebhookDispatcher
+from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
 from detector.settings.vocabulary import SCOPE_SESSION
+from detector.storage.retention import apply_retention
 from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
 
 __all__ = [
-    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "Endpoints", "Service", "free_port", "resolve_admin_token",
-    "running_service",
+    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "CLICKHOUSE_PASSWORD_ENV", "CLICKHOUSE_PASSWORD_FILE", "Endpoints",
+    "Service", "free_port", "resolve_admin_token", "resolve_clickhouse_password", "running_service",
 ]
 
 log = logging.getLogger("loop_detector")
 
 ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"
+CLICKHOUSE_PASSWORD_ENV = "LOOP_DETECTOR_CLICKHOUSE_PASSWORD"
+CLICKHOUSE_PASSWORD_FILE = "clickhouse-password"
 
 
 @dataclass(slots=True)
 class Endpoints:
     otlp: str
     api: str
+    clickhouse: str | None = None  # the ClickHouse-compatible HTTP endpoint, when configured
 
 
 def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
@@ -66,15 +71,29 @@ def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
     env = os.environ.get(ADMIN_TOKEN_ENV)
     if env:
         return env
-    path = data_dir / ADMIN_TOKEN_FILE
+    return _secret_file(data_dir / ADMIN_TOKEN_FILE, "admin token")
+
+
+def resolve_clickhouse_password(config: AppConfig, data_dir: Path) -> str:
+    """The ClickHouse HTTP endpoint's password (user ``default``): config, else the environment, else a random one
+    created at first start in ``<data-dir>/clickhouse-password`` (mode 0600). Only the file's path is logged."""
+    if config.clickhouse_http.password:
+        return config.clickhouse_http.password
+    env = os.environ.get(CLICKHOUSE_PASSWORD_ENV)
+    if env:
+        return env
+    return _secret_file(data_dir / CLICKHOUSE_PASSWORD_FILE, "ClickHouse HTTP password")
+
+
+def _secret_file(path: Path, what: str) -> str:
     if path.exists():
         return path.read_text().strip()
-    token = secrets.token_urlsafe(32)
+    secret = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    log.info("created admin token file %s (mode 0600)", path)
-    return token
+        fh.write(secret + "\n")
+    log.info("created %s file %s (mode 0600)", what, path)
+    return secret
 
 
 class Service:
@@ -88,6 +107,7 @@ class Service:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = store or open_store(self.data_dir, config.store.url)
         apply_schema(self.store, cluster=config.store.cluster)
+        self._apply_retention(config)
         self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
         config = self.config = self.policy.apply(config)
         self.book = DecisionBook()
@@ -105,12 +125,15 @@ class Service:
         self.started_at = time.time()
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
                                                   self.ingest_metrics.spans_rejected))
-        self.webhooks = WebhookDispatcher(config.webhooks, config.grafana_url) if config.webhooks else None
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
-        if self.webhooks is not None:
-            self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
+        self.webhooks: WebhookDispatcher | None = None
+        self._start_webhooks(config)
         self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
         self.api_app = create_api(self)
+        self.clickhouse_app = None  # the ClickHouse-compatible HTTP endpoint, when clickhouse_http.port is set
+        if config.clickhouse_http.port is not None:
+            self.clickhouse_app = create_clickhouse_http_app(
+                self.store, resolve_clickhouse_password(config, self.data_dir), config.clickhouse_http)
         self.scheduler: BackgroundScheduler | None = None
         self._reload_lock = threading.Lock()
 
@@ -175,7 +198,27 @@ class Service:
             self.apply_config(self.policy.apply(config))
             return []
 
+    def _start_webhooks(self, config: AppConfig) -> None:
+        """The outbox worker, on the first detector replica only (one deliverer, no duplicates across replicas)."""
+        if self.webhooks is not None:
+            self.webhooks.update(config.webhooks, config.webhook_delivery, config.grafana_url)
+            return
+        if not config.webhooks or config.detector.shard_index != 0:
+            return
+        self.webhooks = WebhookDispatcher(self.store, config.webhooks, config.webhook_delivery, config.grafana_url,
+                                          lag_seconds=config.detector.watermark_lag_seconds)
+        self.job.on_cycle.append(self.webhooks.notify)
+        self.metrics.registry.register(WebhookMetrics(self.webhooks))
+
+    def _apply_retention(self, config: AppConfig) -> None:
+        for change in apply_retention(self.store, config.retention, config.store.cluster):
+            log.info("retention changed", extra={"table": change.table, "ttl": change.after or "none"})
+
     def apply_config(self, config: AppConfig) -> None:
+        if config.retention != self.config.retention:
+            self._apply_retention(config)
+        if (config.webhooks, config.webhook_delivery) != (self.config.webhooks, self.config.webhook_delivery):
+            self._start_webhooks(config)
         self.config = config
         self.job.reconfigure(config)
         if self.scheduler is not None:
@@ -188,13 +231,18 @@ class Service:
         self.job.update_budgets(config)
 
     # -- running ----------------------------------------------------------------------------------
-    async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True) -> None:
+    async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True,
+                    clickhouse_port: int | None = None) -> None:
         servers = [
             uvicorn.Server(uvicorn.Config(self.otlp_app, host=host, port=otlp_port, log_level="warning",
                                           access_log=False, lifespan="off")),
             uvicorn.Server(uvicorn.Config(self.api_app, host=host, port=api_port, log_level="warning",
                                           access_log=False, lifespan="off")),
         ]
+        if self.clickhouse_app is not None:
+            port = clickhouse_port if clickhouse_port is not None else self.config.clickhouse_http.port
+            servers.append(uvicorn.Server(uvicorn.Config(self.clickhouse_app, host=host, port=port,
+                                                         log_level="warning", access_log=False, lifespan="off")))
         self._servers = servers
         if install_signals:
             loop = asyncio.get_running_loop()
@@ -239,15 +287,20 @@ def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: s
     """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks)."""
     service = Service(config, data_dir, config_path=config_path)
     otlp_port, api_port = free_port(host), free_port(host)
+    clickhouse_port = free_port(host) if service.clickhouse_app is not None else None
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
-        target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False)),
+        target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False,
+                                                             clickhouse_port=clickhouse_port)),
         daemon=True,
     )
     thread.start()
-    endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}")
+    endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}",
+                          clickhouse=f"http://{host}:{clickhouse_port}" if clickhouse_port else None)
     _wait_ready(endpoints.api + "/healthz")
     _wait_ready(endpoints.otlp + "/healthz")
+    if endpoints.clickhouse:
+        _wait_ready(endpoints.clickhouse + "/ping")
     try:
         yield service, endpoints
     finally:

@@ -8,8 +8,11 @@ are validated exactly like it. Rules, budgets, prices and the process settings s
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,9 +40,9 @@ from detector.settings.vocabulary import (
 )
 
 __all__ = [
-    "ApiSettings", "AppConfig", "Budget", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "IngestSettings",
-    "KeyOverride", "LoopDetectionConfig", "Price", "Rule", "StoreSettings", "Thresholds", "WEIGHT_TOLERANCE",
-    "Webhook", "Weights", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
+    "ApiSettings", "AppConfig", "Budget", "ClickHouseHttpSettings", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "IngestSettings",
+    "KeyOverride", "LoopDetectionConfig", "Price", "Rule", "StoreSettings", "RetentionSettings", "Thresholds",
+    "WEIGHT_TOLERANCE", "Webhook", "WebhookDelivery", "Weights", "duration_seconds", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
 ]
 
 WEIGHT_TOLERANCE = 0.001
@@ -198,11 +201,88 @@ class ApiSettings(_Strict):
     block_seconds: int = Field(60, ge=1, le=86400)
 
 
+_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(value: Any) -> int | None:
+    """A retention period: ``7d``, ``36h``, ``90m``, ``3600s`` or a number of seconds; ``0``, ``off`` or null keep
+    data forever (None)."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 7d, 36h or 90m")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        text = str(value).strip().lower()
+        if text in ("", "off", "none", "never", "forever"):
+            return None
+        m = _DURATION.match(text)
+        if not m:
+            raise ValueError(f"expected a duration such as 7d, 36h, 90m or 3600s, got {value!r}")
+        seconds = int(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds < 0:
+        raise ValueError("a retention period cannot be negative")
+    if seconds > 100 * 365 * 86400:
+        raise ValueError("a retention period must be under 100 years")
+    return seconds or None
+
+
+class RetentionSettings(_Strict):
+    """How long each group of tables keeps its rows (``detector/storage/retention.py`` says which tables are in
+    which group). Applied as a ClickHouse TTL at start and on every config change, on chDB and on a server."""
+
+    spans: int | None = Field(7 * 86400, description="raw spans (they can carry prompts): otel_traces, its trace-id "
+                              "lookup table, otel_logs; default 7d; 0/off keeps them forever")
+    detector: int | None = Field(30 * 86400, description="the detector's own rows: genai_calls, scores, events, the "
+                                 "webhook outbox; default 30d; 0/off keeps them forever")
+
+    @field_validator("spans", "detector", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int | None:
+        return duration_seconds(value)
+
+
+class ClickHouseHttpSettings(_Strict):
+    """The read-only ClickHouse-compatible HTTP endpoint over the embedded store (off unless ``port`` is set)."""
+
+    port: int | None = Field(None, ge=0, le=65535, description="e.g. 8123; off when not set")
+    password: str | None = Field(None, min_length=1, description="password of user `default` (else "
+                                 "$LOOP_DETECTOR_CLICKHOUSE_PASSWORD, else <data-dir>/clickhouse-password)")
+    allow_writes: bool = Field(False, description="TESTS ONLY: also accept INSERT and DDL (never on in production)")
+    max_result_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="refuse results larger than this")
+
+
+class WebhookDelivery(_Strict):
+    """How the outbox delivers: attempts before a delivery is a dead letter, the backoff between attempts."""
+
+    max_attempts: int = Field(8, ge=1, le=100)
+    initial_backoff_seconds: float = Field(5.0, gt=0, le=86400)
+    max_backoff_seconds: float = Field(3600.0, gt=0, le=7 * 86400)
+    max_retry_after_seconds: float = Field(86400.0, gt=0, le=7 * 86400,
+                                           description="the longest Retry-After honoured")
+    timeout_seconds: float = Field(15.0, gt=0, le=300)
+
+
 class Webhook(_Strict):
     url: str = Field(pattern=r"^https?://")
-    secret: str | None = None
+    secret: str | None = Field(None, min_length=1, description="whsec_<base64 of 24-64 random bytes> (Standard "
+                               "Webhooks); any other string is used as the key's UTF-8 bytes")
     min_level: Literal["warn", "throttle", "inject", "hard_stop"] = LEVEL_HARD_STOP
     events: list[AlertEventKind] = Field(default_factory=lambda: [EVENT_ESCALATION, EVENT_RULE, EVENT_BUDGET])
+
+    @field_validator("secret")
+    @classmethod
+    def _standard_secret(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("whsec_"):
+            try:
+                key = base64.b64decode(value.removeprefix("whsec_"), validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("a whsec_ secret must be base64 after the prefix") from None
+            if not 24 <= len(key) <= 64:
+                raise ValueError(f"a whsec_ secret must decode to 24-64 bytes, got {len(key)}")
+        return value
 
 
 def default_rules() -> list[Rule]:
@@ -227,6 +307,9 @@ class AppConfig(_Strict):
     store: StoreSettings = Field(default_factory=StoreSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     webhooks: list[Webhook] = Field(default_factory=list)
+    webhook_delivery: WebhookDelivery = Field(default_factory=WebhookDelivery)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    clickhouse_http: ClickHouseHttpSettings = Field(default_factory=ClickHouseHttpSettings)
     grafana_url: str | None = Field(None, description="base URL of Grafana, for dashboard links in alerts")
 
     @model_validator(mode="after")

@@ -24,8 +24,10 @@ DEFAULT_CLUSTER = "loop_cluster"
 
 SHARDING_KEYS = {
     "otel_traces": "cityHash64(TraceId)",
+    "otel_traces_trace_id_ts": "cityHash64(TraceId)",
     "genai_calls": "cityHash64(trace_id)",
     "loop_meta": "cityHash64(key)",
+    "loop_webhook_outbox": "cityHash64(event_id)",
 }
 DEFAULT_SHARDING_KEY = "cityHash64(scope_id)"
 

@@ -18,6 +18,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "CLICKHOUSE_URL_ENV", "ChdbStore", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError", "chdb_param",
+    "CLICKHOUSE_URL_ENV", "ChdbStore", "RawResult", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError",
+    "chdb_param",
     "encode_rows", "insert_rows", "open_store", "redact_url",
 ]
 
@@ -45,6 +47,16 @@ class StoreError(RuntimeError):
     """A statement failed in the store (syntax, type or engine error)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """A statement's output in the format asked for, with what the engine says it read."""
+
+    data: bytes
+    rows_read: int = 0
+    bytes_read: int = 0
+    elapsed_seconds: float = 0.0
+
+
 class Store(Protocol):
     """What the rest of the code needs from ClickHouse."""
 
@@ -60,6 +72,12 @@ class Store(Protocol):
 
     def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
         """A query's result as an Arrow table (bulk reads: no per-row JSON to parse)."""
+        ...
+
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
+            database: str | None = None) -> RawResult:
+        """Any statement's output as bytes in ``fmt``; ``params`` are in ClickHouse's text form already (as HTTP
+        clients send them), ``database`` is the one unqualified names resolve in."""
         ...
 
     def close(self) -> None: ...
@@ -162,6 +180,24 @@ class ChdbStore:
             except Exception as exc:
                 raise StoreError(str(exc)) from exc
 
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
+            database: str | None = None) -> RawResult:
+        with self._lock:
+            switched = False
+            try:
+                if database and database != "default":
+                    # one session for the whole process: switch for this statement only, and back
+                    self._session.query(f"USE `{database.replace('`', '')}`", "CSV")
+                    switched = True
+                result = self._session.query(sql, fmt, params=dict(params) if params else None)
+                return RawResult(result.bytes(), int(result.rows_read()), int(result.bytes_read()),
+                                 float(result.elapsed()))
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+            finally:
+                if switched:
+                    self._session.query("USE default", "CSV")
+
     def close(self) -> None:
         with self._lock:
             self._session.close()
@@ -215,6 +251,17 @@ class ServerStore:
                 return self._client.query_arrow(sql, parameters=dict(params) if params else None, use_strings=True)
         except Exception as exc:
             raise StoreError(str(exc)) from exc
+
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
+            database: str | None = None) -> RawResult:
+        if database and database != self._client.database:
+            raise StoreError("the server store reads in its own database (Grafana connects to the server itself)")
+        try:
+            with self._lock:
+                data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt=fmt)
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+        return RawResult(data)
 
     def close(self) -> None:
         self._client.close()
