@@ -1,52 +1,27 @@
-"""loop-detector's Python SDK: ask the enforcement API before each model or tool call, and apply the answer.
+"""``detector.sdk``: the Python SDK, re-exported from its own distribution, :mod:`loop_detector_sdk`
+(``sdk/python/``; httpx only, installable without the server: ``pip install ./sdk/python``).
 
-Depends on ``httpx`` only (never on the server: no chDB, no FastAPI). OpenTelemetry is optional and only
-used by the span helpers (:func:`loop_context` sets baggage; :class:`LoopAttributesSpanProcessor` copies the
-ids onto spans). ``openai`` is optional too: :func:`guard_openai` works with any object of that shape.
-
-    from detector.sdk import LoopGuard, LoopBlockedError, guard_openai, loop_context
-
-    guard = LoopGuard("http://127.0.0.1:8080")          # fail_open=True, timeout=0.5
-    client = guard_openai(OpenAI(), guard)
-    with loop_context(session_id="run-42", feature="support-bot"):
-        try:
-            client.chat.completions.create(model="gpt-4o-mini", messages=messages)
-        except LoopBlockedError as exc:
-            print(exc.body["error"]["reason"])
+The server's distribution carries the same package, so ``from detector.sdk import LoopGuard`` keeps working
+and names the very same objects as ``from loop_detector_sdk import LoopGuard``. The core submodules are
+aliased too (``detector.sdk.client`` is ``loop_detector_sdk.client``); the names that need an optional
+library (the span processor, the framework guards) load on first use, as in the SDK itself.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any
 
-from detector.sdk.client import DEFAULT_INSTRUCTION, AsyncLoopGuard, LoopGuard
-from detector.sdk.context import LoopIds, current_ids, loop_context
-from detector.sdk.fingerprint import pending_request, pending_tool, request_fingerprint
-from detector.sdk.models import Decision, LoopBlockedError
-from detector.sdk.openai_wrap import guard_async_openai, guard_openai, with_instruction
+import loop_detector_sdk
 
-__all__ = [
-    "DEFAULT_INSTRUCTION",
-    "AsyncLoopGuard",
-    "Decision",
-    "LoopAttributesSpanProcessor",
-    "LoopBlockedError",
-    "LoopGuard",
-    "LoopIds",
-    "current_ids",
-    "guard_async_openai",
-    "guard_openai",
-    "loop_context",
-    "pending_request",
-    "pending_tool",
-    "request_fingerprint",
-    "with_instruction",
-]
+__all__ = list(loop_detector_sdk.__all__)
+for _name in __all__:
+    if _name not in loop_detector_sdk.LAZY:
+        globals()[_name] = getattr(loop_detector_sdk, _name)
+for _module in ("anthropic_wrap", "blocklist", "client", "context", "fingerprint", "models", "openai_wrap"):
+    sys.modules[f"{__name__}.{_module}"] = importlib.import_module(f"loop_detector_sdk.{_module}")
 
 
-def __getattr__(name: str) -> Any:  # the span processor imports opentelemetry-sdk: only when asked for
-    if name == "LoopAttributesSpanProcessor":
-        from detector.sdk.otel import LoopAttributesSpanProcessor
-
-        return LoopAttributesSpanProcessor
-    raise AttributeError(name)
+def __getattr__(name: str) -> Any:  # the lazy names (LoopAttributesSpanProcessor, the framework guards)
+    return getattr(loop_detector_sdk, name)
