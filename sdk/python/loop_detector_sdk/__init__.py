@@ -40,6 +40,7 @@ LAZY = {
     "LoopAttributesSpanProcessor": "otel",
     "LoopGuardMiddleware": "langchain_middleware",
     "LoopGuardHooks": "openai_agents_hooks",
+    "LoopBlockedAgentsError": "openai_agents_hooks",
     "guard_run_config": "openai_agents_hooks",
     "LoopDetectorGuardrail": "litellm_guardrail",
 }
@@ -49,6 +50,7 @@ __all__ = [
     "AsyncLoopGuard",
     "Decision",
     "LoopAttributesSpanProcessor",
+    "LoopBlockedAgentsError",
     "LoopBlockedError",
     "LoopDetectorGuardrail",
     "LoopGuard",

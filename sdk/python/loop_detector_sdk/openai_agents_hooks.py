@@ -11,11 +11,15 @@
 * Model calls: :func:`guard_run_config` sets the run's ``call_model_input_filter``, which the SDK calls with
   the input and instructions of every model call, just before it is made (for every agent of the run,
   handoffs included). The fingerprint of the agent's model, the input and the instructions goes as
-  ``pending``; block raises :class:`~loop_detector_sdk.LoopBlockedError` out of ``Runner.run``, throttle waits,
-  inject adds the break instruction to the instructions. A filter the run config already had still runs,
-  after the check.
+  ``pending``; block raises :class:`LoopBlockedAgentsError` out of ``Runner.run``, throttle waits, inject adds
+  the break instruction to the instructions. A filter the run config already had still runs, after the check.
 * Tool calls: :class:`LoopGuardHooks` (``RunHooks``) checks the tool's name and arguments in
-  ``on_tool_start``, before a function tool runs; block raises out of ``Runner.run``.
+  ``on_tool_start``, before a function tool runs; block raises :class:`LoopBlockedAgentsError` out of
+  ``Runner.run``.
+
+:class:`LoopBlockedAgentsError` is both a :class:`~loop_detector_sdk.LoopBlockedError` and the SDK's own
+``AgentsException``: the runner lets it through as it is (any other exception raised while a tool runs becomes
+a ``UserError``) and attaches the run's data to it (``run_data``).
 
 Hooks cannot change the model input, hence the filter for model calls. Ids left out come from
 :func:`~loop_detector_sdk.loop_context`. An :class:`~loop_detector_sdk.AsyncLoopGuard` is used as it is; a
@@ -31,18 +35,27 @@ import inspect
 from typing import Any
 
 from agents import RunConfig, RunHooks
+from agents.exceptions import AgentsException
 from agents.run_config import CallModelData, ModelInputData
 
 from loop_detector_sdk._guarded import ids_of
 from loop_detector_sdk.client import AsyncLoopGuard, LoopGuard
 from loop_detector_sdk.fingerprint import pending_tool, request_fingerprint
+from loop_detector_sdk.models import LoopBlockedError
 from loop_detector_sdk.openai_wrap import Position, join_text
 
 
+class LoopBlockedAgentsError(LoopBlockedError, AgentsException):
+    """A refused call, as an exception the Agents SDK's runner passes through unchanged."""
+
+
 async def _before(guard: LoopGuard | AsyncLoopGuard, ids: dict[str, str], pending: dict[str, Any]) -> str | None:
-    if isinstance(guard, AsyncLoopGuard):
-        return await guard.before_call(**ids, pending=pending)
-    return await asyncio.to_thread(guard.before_call, **ids, pending=pending)
+    try:
+        if isinstance(guard, AsyncLoopGuard):
+            return await guard.before_call(**ids, pending=pending)
+        return await asyncio.to_thread(guard.before_call, **ids, pending=pending)
+    except LoopBlockedError as exc:
+        raise LoopBlockedAgentsError(exc.decision) from None
 
 
 def agent_model(agent: Any) -> str | None:
