@@ -24,11 +24,14 @@ messages; Responses: + instructions and conversation state; Messages: + system),
 
 The scopes of a request, in order of preference (:func:`request_ids`):
 
-* session: the ``x-loop-detector-session-id`` header, LiteLLM's ``litellm_session_id``, ``metadata.session_id``,
-  else the W3C ``traceparent``'s trace, else the virtual key (so exact repeats through one key are caught even
-  from an app that sends nothing);
+* session: the ``x-loop-detector-session-id`` header; the W3C ``baggage`` entry ``loop_detector.session_id`` (what
+  :func:`~loop_detector_sdk.loop_context` sets, propagated by an OTel-instrumented HTTP client); LiteLLM's own
+  ``litellm_session_id`` (which LiteLLM fills from ``x-litellm-session-id`` and other session headers); the
+  request's ``metadata.session_id``; else the ``traceparent``'s trace; else the virtual key (so exact repeats
+  through one key are caught even from an app that sends nothing);
 * trace: the ``traceparent`` header's trace id (an OTel-instrumented app propagates it);
-* virtual key: the LiteLLM key's alias, else its hash; feature: ``x-loop-detector-feature`` or ``metadata.feature``.
+* virtual key: the ``loop_detector.virtual_key`` baggage entry, else the LiteLLM key's alias, else its hash;
+* feature: the ``x-loop-detector-feature`` header, the ``loop_detector.feature`` baggage entry, ``metadata.feature``.
 
 The enforcement API unreachable: ``fail_open`` (default true) lets requests through. Needs ``litellm[proxy]``
 (the ``litellm`` extra), in the proxy's environment.
@@ -40,6 +43,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.proxy._types import ProxyException
@@ -86,18 +90,32 @@ def _metadata(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+def baggage_entries(header: str) -> dict[str, str]:
+    """The ``loop_detector.*`` entries of a W3C ``baggage`` header (``key=value;props, ...``, values URL-encoded)."""
+    out: dict[str, str] = {}
+    for member in header.split(","):
+        key, sep, value = member.split(";", 1)[0].partition("=")
+        key = key.strip()
+        if sep and key.startswith("loop_detector.") and value.strip():
+            out[key] = unquote(value.strip())
+    return out
+
+
 def request_ids(data: Mapping[str, Any], user_api_key_dict: Any = None) -> dict[str, str]:
     """The loop-detector scopes of a proxied request (see the module's docstring)."""
     headers = _headers(data)
     metadata = _metadata(data)
+    baggage = baggage_entries(headers.get("baggage", ""))
     match = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
     trace_id = match.group(1) if match and match.group(1) != "0" * 32 else None
-    key = getattr(user_api_key_dict, "key_alias", None) or getattr(user_api_key_dict, "token", None)
+    key = (baggage.get("loop_detector.virtual_key") or getattr(user_api_key_dict, "key_alias", None)
+           or getattr(user_api_key_dict, "token", None))
     virtual_key = str(key) if key else None
-    session = (headers.get(SESSION_HEADER) or data.get("litellm_session_id") or metadata.get("session_id")
-               or trace_id or (f"key:{virtual_key}" if virtual_key else None) or "litellm-proxy")
-    ids = {"session_id": str(session), "trace_id": trace_id, "virtual_key": virtual_key,
-           "feature": headers.get(FEATURE_HEADER) or metadata.get("feature")}
+    session = (headers.get(SESSION_HEADER) or baggage.get("loop_detector.session_id") or data.get("litellm_session_id")
+               or metadata.get("session_id") or trace_id or (f"key:{virtual_key}" if virtual_key else None)
+               or "litellm-proxy")
+    feature = headers.get(FEATURE_HEADER) or baggage.get("loop_detector.feature") or metadata.get("feature")
+    ids = {"session_id": str(session), "trace_id": trace_id, "virtual_key": virtual_key, "feature": feature}
     return {k: str(v) for k, v in ids.items() if v}
 
 
