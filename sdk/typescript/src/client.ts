@@ -235,6 +235,6 @@ export class LoopGuard {
         reason: REASON_UNAVAILABLE, ruleName: '', delaySeconds: 0, instruction: '', sessionId, source: 'fail_open',
       };
     }
-    return refusedDecision(blockBody(sessionId, REASON_UNAVAILABLE), 'fail_closed', undefined);
+    return refusedDecision(blockBody(sessionId, REASON_UNAVAILABLE), 'fail_closed', null);
   }
 }

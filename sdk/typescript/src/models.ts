@@ -76,8 +76,8 @@ export function decisionFromJson(data: Json, warning?: string): Decision {
   };
 }
 
-/** A `block` from a 429 body (`{"error": {...}}`). */
-export function refusedDecision(body: BlockedBody, source: Source = 'server', retryAfter: number | undefined = 60,
+/** A `block` from a 429 body (`{"error": {...}}`); `retryAfter` null: none (refused on the client side). */
+export function refusedDecision(body: BlockedBody, source: Source = 'server', retryAfter: number | null = 60,
                                 warning?: string): Decision {
   const err = (body && typeof body === 'object' && body.error && typeof body.error === 'object'
     ? body.error : {}) as Json;
@@ -95,7 +95,7 @@ export function refusedDecision(body: BlockedBody, source: Source = 'server', re
     sessionId: str(err.session_id, ''),
     source,
     warning,
-    retryAfter,
+    retryAfter: retryAfter ?? undefined,
     error: body,
   };
 }

@@ -9,12 +9,15 @@
  *
  *     const guard = new LoopGuard({ endpoint: 'http://127.0.0.1:8080' });
  *     const model = wrapLanguageModel({ model: openai('gpt-4o-mini'), middleware: loopGuardMiddleware({ guard, sessionId: 'run-42' }) });
- *     await generateText({ model, prompt: 'Fix the build.', tools: guardTools(tools, { guard, sessionId: 'run-42' }) });
+ *     await generateText({ model, prompt: 'Fix the build.', tools: guardTools(tools, { guard, sessionId: 'run-42' }),
+ *                          stopWhen: [stepCountIs(20), loopBlocked] });
  *
  * Before each call the middleware sends the fingerprint of the model id and the prompt as `pending` (an
  * exact repeat is refused before it is sent) and applies the decision: block throws `LoopBlockedError`
  * (from `generateText`; `streamText` reports it to `onError` and as the stream's error), throttle waits,
- * inject adds the break instruction to the system message of the prompt. It imports nothing from `ai`:
+ * inject adds the break instruction to the system message of the prompt. A tool call refused by `guardTools`
+ * does not run; the AI SDK turns the `LoopBlockedError` into the step's `tool-error` (the model would see
+ * it), so add the `loopBlocked` stop condition to end the run on that step. It imports nothing from `ai`:
  * the middleware is a plain object of the shape `wrapLanguageModel` takes (`specificationVersion` 'v3' for
  * ai 6, the default; 'v2' for ai 5; 'v4' for ai 7).
  */
@@ -22,6 +25,7 @@
 import type { CheckIds, LoopGuard } from './client.js';
 import { pendingRequest, pendingTool } from './fingerprint.js';
 import { type Position, withInstruction } from './instruction.js';
+import { LoopBlockedError } from './models.js';
 
 /** The parts of the AI SDK's call options this middleware reads (`LanguageModelV2/V3/V4CallOptions`). */
 export interface CallOptionsLike {
@@ -125,4 +129,27 @@ export function guardTools<T extends Record<string, ToolLike>>(tools: T, options
     };
   }
   return out as T;
+}
+
+/** The parts of a step this stop condition reads (`StepResult` of `generateText` / `streamText`). */
+export interface StepLike {
+  content: ReadonlyArray<{ type: string; error?: unknown }>;
+}
+
+/**
+ * A `stopWhen` condition: stop the run after a step in which loop-detector refused a tool call (a
+ * `tool-error` whose error is a `LoopBlockedError`). `blockedIn(steps)` returns that error.
+ */
+export function loopBlocked({ steps }: { steps: ReadonlyArray<StepLike> }): boolean {
+  return blockedIn(steps) !== undefined;
+}
+
+/** The `LoopBlockedError` of the first refused tool call in these steps, if any. */
+export function blockedIn(steps: ReadonlyArray<StepLike>): LoopBlockedError | undefined {
+  for (const step of steps) {
+    for (const part of step.content) {
+      if (part.type === 'tool-error' && part.error instanceof LoopBlockedError) return part.error;
+    }
+  }
+  return undefined;
 }
