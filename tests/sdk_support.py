@@ -88,6 +88,24 @@ def cached_venv(name: str, requirements: list[str]) -> Path:
     return path / "bin" / "python"
 
 
+def npm_ci(directory: Path, npm: str) -> None:
+    """``npm ci`` in ``directory`` unless node_modules was installed from the same lockfile (kept across runs);
+    skips the test when the registry cannot be reached."""
+    digest = hashlib.sha256((directory / "package-lock.json").read_bytes()
+                            + (directory / "package.json").read_bytes()).hexdigest()
+    stamp = directory / "node_modules" / ".loop-detector-lock"
+    with open(directory / ".npm-install.lock", "w") as lock:  # another test process may be installing
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        out = run([npm, "ci", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"], timeout=600,
+                  cwd=str(directory))
+        if out.returncode != 0 and any(m in out.stderr + out.stdout for m in ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED")):
+            pytest.skip(f"the npm registry cannot be reached: {out.stderr[-500:]}")
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        stamp.write_text(digest)
+
+
 def installed_distributions(python: Path) -> set[str]:
     """The normalized names of every distribution installed in the environment of ``python``."""
     code = "import importlib.metadata as m, json; print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions()})))"

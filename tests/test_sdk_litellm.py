@@ -7,6 +7,9 @@ model, with a live loop-detector service behind it. Apps send ordinary requests 
   reaches the model; the openai SDK raises its RateLimitError with that body;
 * inject lands in the system prompt the model receives (chat completions, Responses API, Anthropic Messages);
 * the session comes from the header, LiteLLM's ``litellm_session_id`` or ``metadata.session_id``.
+
+The proxy runs with examples/litellm_proxy/config.yaml, and the example's client (an unmodified openai-SDK app)
+is run against it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 from openai_stub import create_stub_app, serve_stub  # noqa: E402
 
 REQUIREMENTS = ["litellm[proxy]>=1.80,<2"]
+CONFIG = ROOT / "examples" / "litellm_proxy" / "config.yaml"  # the example's config, as documented
 MODEL = "gpt-4o-mini"
 
 
@@ -68,27 +72,13 @@ def proxy(litellm_python, svc, stub, tmp_path_factory) -> Iterator[tuple[str, st
     _, eps = svc
     url, _ = stub
     workdir = tmp_path_factory.mktemp("litellm-proxy")
-    (workdir / "config.yaml").write_text(textwrap.dedent(f"""
-        model_list:
-          - model_name: {MODEL}
-            litellm_params:
-              model: openai/{MODEL}
-              api_base: {url}/v1
-              api_key: stub
-        guardrails:
-          - guardrail_name: loop-detector
-            litellm_params:
-              guardrail: loop_detector_sdk.litellm_guardrail.LoopDetectorGuardrail
-              mode: pre_call
-              default_on: true
-              api_base: {eps.api}
-    """))
     key = "sk-" + secrets.token_hex(32)
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(SDK_PYTHON), "LITELLM_MASTER_KEY": key,
+    env = {**os.environ, "PYTHONPATH": str(SDK_PYTHON), "LITELLM_MASTER_KEY": key, "LOOP_DETECTOR_URL": eps.api,
+           "MODEL_BASE_URL": url + "/v1", "MODEL_API_KEY": "sk-stub",  # what examples/litellm_proxy/config.yaml reads
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False", "NO_PROXY": "127.0.0.1,localhost"}
     log = open(workdir / "proxy.log", "w")  # noqa: SIM115 - closed below, after the process
-    proc = subprocess.Popen([str(litellm_python.parent / "litellm"), "--config", str(workdir / "config.yaml"),
+    proc = subprocess.Popen([str(litellm_python.parent / "litellm"), "--config", str(CONFIG),
                              "--host", "127.0.0.1", "--port", str(port)], env=env, cwd=str(workdir), stdout=log,
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -143,6 +133,16 @@ def test_a_repeat_is_refused_with_the_spec_429_before_it_reaches_the_model(proxy
         client.chat.completions.create(**body)
     assert info.value.body["reason"] == "exact_prompt_repeat"  # the openai SDK's .body is the "error" object
     assert len(requests) - mark == 3
+
+
+def test_the_example_client_is_refused_at_the_repeat(proxy):
+    base, key = proxy
+    out = run([sys.executable, str(ROOT / "examples" / "litellm_proxy" / "client.py"), "--proxy", base, "--key", key],
+              timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert [line.split()[1] for line in lines[1:]] == ["200", "200", "200", "429"], out.stdout
+    assert "Retry-After: 60" in lines[-1] and '"reason": "exact_prompt_repeat"' in lines[-1]
 
 
 def test_the_session_from_litellm_fields_and_a_blocked_session(proxy, stub, svc):

@@ -9,8 +9,6 @@ doubles. Skipped only when node or npm is missing."""
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import random
@@ -23,7 +21,7 @@ import pytest
 from enforcement_support import FAST_LEVELS, admin_headers, agent, make_config, uid
 from loop_detector_sdk import LoopGuard, pending_request, request_fingerprint
 from loop_detector_sdk.fingerprint import js_number
-from sdk_support import BUDGETS, RULES, SDK_TYPESCRIPT, run
+from sdk_support import BUDGETS, RULES, SDK_TYPESCRIPT, npm_ci, run
 
 from detector.server import running_service
 
@@ -34,20 +32,9 @@ pytestmark = pytest.mark.skipif(not (NODE and NPM), reason="node and npm are nee
 @pytest.fixture(scope="module")
 def built() -> None:
     """``npm ci`` when the lockfile changed since the last install, then ``tsc``."""
-    stamp_input = (SDK_TYPESCRIPT / "package-lock.json").read_bytes() + (SDK_TYPESCRIPT / "package.json").read_bytes()
-    digest = hashlib.sha256(stamp_input).hexdigest()
-    stamp = SDK_TYPESCRIPT / "node_modules" / ".loop-detector-lock"
-    with open(SDK_TYPESCRIPT / ".npm-install.lock", "w") as lock:  # another test process may be installing
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not stamp.exists() or stamp.read_text() != digest:
-            out = run([NPM, "ci", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"], timeout=600,
-                      cwd=str(SDK_TYPESCRIPT))
-            if out.returncode != 0 and "ENOTFOUND" in out.stderr + out.stdout:
-                pytest.skip(f"the npm registry cannot be reached: {out.stderr[-500:]}")
-            assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-            stamp.write_text(digest)
-        out = run([NPM, "run", "build", "--silent"], timeout=300, cwd=str(SDK_TYPESCRIPT))
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    npm_ci(SDK_TYPESCRIPT, NPM)
+    out = run([NPM, "run", "build", "--silent"], timeout=300, cwd=str(SDK_TYPESCRIPT))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
