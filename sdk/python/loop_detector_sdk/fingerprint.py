@@ -90,34 +90,54 @@ def _key(k: Any) -> str:
 
 
 def _write(v: Any, out: list[str]) -> None:
+    """Append the canonical text of ``v`` to ``out``. Strings and small ints inside containers are written in
+    place (no call per leaf): a fingerprint runs before every model call."""
     t = type(v)
-    if t is str:
-        out.append(_encode_string(v))
-    elif t is dict or isinstance(v, Mapping):
-        items = sorted(((_key(k), val) for k, val in v.items()), key=_FIRST)
+    if t is dict:
+        if all(type(k) is str for k in v):
+            items = sorted(v.items(), key=_FIRST)
+        else:
+            items = sorted(((_key(k), val) for k, val in v.items()), key=_FIRST)
         out.append("{")
-        first = True
+        sep = ""
         for k, val in items:
-            if not first:
-                out.append(",")
-            first = False
+            out.append(sep)
             out.append(_encode_string(k))
             out.append(":")
-            _write(val, out)
+            vt = type(val)
+            if vt is str:
+                out.append(_encode_string(val))
+            elif val is None:
+                out.append("null")
+            else:
+                _write(val, out)
+            sep = ","
         out.append("}")
     elif t is list or t is tuple:
         out.append("[")
-        for i, item in enumerate(v):
-            if i:
-                out.append(",")
-            _write(item, out)
+        sep = ""
+        for item in v:
+            out.append(sep)
+            if type(item) is str:
+                out.append(_encode_string(item))
+            else:
+                _write(item, out)
+            sep = ","
         out.append("]")
+    elif t is str:
+        out.append(_encode_string(v))
     elif v is None:
         out.append("null")
     elif v is True:
         out.append("true")
     elif v is False:
         out.append("false")
+    elif t is int:
+        out.append(str(v) if -_MAX_SAFE <= v <= _MAX_SAFE else _int(v))
+    elif t is float:
+        out.append(js_number(v))
+    elif isinstance(v, Mapping):
+        _write(dict(v), out)
     elif isinstance(v, int):
         out.append(_int(v))
     elif isinstance(v, float):
@@ -148,14 +168,20 @@ def _escape_surrogates(match: re.Match[str]) -> str:
     return f"\\u{ord(s):04x}"
 
 
-def canonical_json(value: Any) -> str:
-    """The canonical JSON text of ``value`` (see the module's docstring); the same in the TypeScript SDK."""
+def _canonical(value: Any) -> tuple[str, bytes]:
     out: list[str] = []
     _write(value, out)
     text = "".join(out)
-    if _SURROGATE.search(text) is not None:
+    try:  # UTF-8 has no lone surrogates: encoding finds them, at C speed (a regex scan costs 30x more)
+        return text, text.encode()
+    except UnicodeEncodeError:
         text = _SURROGATE.sub(_escape_surrogates, text)
-    return text
+        return text, text.encode()
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of ``value`` (see the module's docstring); the same in the TypeScript SDK."""
+    return _canonical(value)[0]
 
 
 def request_fingerprint(model: str | None, messages: Any, **extra: Any) -> str:
@@ -163,7 +189,7 @@ def request_fingerprint(model: str | None, messages: Any, **extra: Any) -> str:
     None are left out, so ``request_fingerprint(m, msgs, system=None)`` is ``request_fingerprint(m, msgs)``."""
     payload = {"model": model, "messages": messages}
     payload.update((k, v) for k, v in extra.items() if v is not None)
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+    return hashlib.sha256(_canonical(payload)[1]).hexdigest()
 
 
 def pending_request(model: str | None, messages: Any, **extra: Any) -> dict[str, Any]:

@@ -13,6 +13,25 @@
 
 import { sha256Hex } from './sha256.js';
 
+type NodeCrypto = { createHash(algorithm: string): { update(data: Uint8Array): { digest(enc: 'hex'): string } } };
+
+/**
+ * Node's own SHA-256 when the runtime offers it without an import (`process.getBuiltinModule`, Node >= 20.16),
+ * about 5x faster on a large request; else (Node 18, Deno, Bun, edge runtimes) the dependency-free one.
+ */
+const nodeCrypto: NodeCrypto | undefined = (() => {
+  try {
+    const proc = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+    return proc?.getBuiltinModule?.('node:crypto') as NodeCrypto | undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+function digestHex(data: Uint8Array): string {
+  return nodeCrypto ? nodeCrypto.createHash('sha256').update(data).digest('hex') : sha256Hex(data);
+}
+
 /** The pending call of a check, in the wire format of `POST /v1/check`. */
 export interface Pending {
   request_fingerprint?: string;
@@ -31,6 +50,8 @@ export function compareCodePoints(a: string, b: string): number {
   if (prev >= 0xd800 && prev <= 0xdbff) i--;
   return (a.codePointAt(i) as number) - (b.codePointAt(i) as number);
 }
+
+const WIDE = /[\ud800-\uffff]/;
 
 function writeValue(value: unknown, key: string, out: string[], stack: unknown[]): boolean {
   let v = value;
@@ -72,7 +93,9 @@ function writeValue(value: unknown, key: string, out: string[], stack: unknown[]
     out.push(']');
   } else {
     const obj = v as Record<string, unknown>;
-    const keys = Object.keys(obj).sort(compareCodePoints);
+    const keys = Object.keys(obj);
+    // UTF-16 order is code point order unless a key has a surrogate or a character from U+E000 up
+    if (keys.length > 1) keys.sort(keys.some((k) => WIDE.test(k)) ? compareCodePoints : undefined);
     out.push('{');
     let first = true;
     for (const k of keys) {
@@ -107,7 +130,7 @@ export function requestFingerprint(model: string | null | undefined, messages: u
   for (const [k, v] of Object.entries(extra)) {
     if (v !== undefined && v !== null) payload[k] = v;
   }
-  return sha256Hex(encoder.encode(canonicalJson(payload)));
+  return digestHex(encoder.encode(canonicalJson(payload)));
 }
 
 /** The `pending` of a check for a model call. */

@@ -18,6 +18,7 @@ test('the shared vectors: canonical text and sha256', () => {
     for (const [k, x] of Object.entries(v.extra ?? {})) if (x !== null) payload[k] = x;
     assert.equal(canonicalJson(payload), v.canonical, v.name);
     assert.equal(requestFingerprint(v.model, v.messages, v.extra ?? {}), v.sha256, v.name);
+    assert.equal(sha256Hex(new TextEncoder().encode(v.canonical)), v.sha256, v.name); // the dependency-free hash
     assert.deepEqual(pendingRequest(v.model, v.messages, v.extra ?? {}), { request_fingerprint: v.sha256 });
   }
 });
