@@ -109,14 +109,15 @@ def python_rounds(api: str, blocked: str, rounds: int, n: int, cached: int, mess
             res["beforeCallPending"].append(median_time(n, lambda i, r=r: guard.before_call(
                 session_id=f"p-{r}-{i}", pending=pending_request(MODEL, messages))))
             res["fingerprint"].append(median_time(n, lambda i: request_fingerprint(MODEL, messages)))
+            assert guard.refresh_blocklist()  # a fresh copy: older than max_stale, it would be ignored
             t0 = time.perf_counter()
             for _ in range(cached):
                 guard.check(session_id=blocked)
             res["cached"].append((time.perf_counter() - t0) / cached * 1e6)
+            assert guard.check(session_id=blocked).source == "cache"
             abare, acheck = asyncio.run(async_round(r))
             res["abare"].append(abare)
             res["acheck"].append(acheck)
-        assert guard.check(session_id=blocked).source == "cache"
     return res
 
 

@@ -57,11 +57,12 @@ for (let r = 0; r < ROUNDS; r++) {
     fps.push(now() - t0);
   }
   result.fingerprint.push(median(fps));
+  if (!(await guard.refreshBlocklist())) throw new Error('block list'); // older than maxStaleMs it would be ignored
   const t0 = now();
   for (let i = 0; i < CACHED; i++) await guard.check({ sessionId: blocked });
   result.cached.push((now() - t0) / CACHED);
+  const d = await guard.check({ sessionId: blocked });
+  if (d.source !== 'cache') throw new Error(`expected a cached block, got ${d.source}`);
 }
-const d = await guard.check({ sessionId: blocked });
-if (d.source !== 'cache') throw new Error(`expected a cached block, got ${d.source}`);
 if (k === 0) throw new Error('no fingerprints');
 console.log(JSON.stringify({ node: process.version, ...result }));
