@@ -7,13 +7,14 @@ TypeScript SDK (``sdk/typescript/dist``: run ``npm ci`` there first). For each l
 keep-alive, the median of each round, rounds interleaved so that drift hits every figure alike:
 
 * baseline: a bare ``httpx.Client.post`` / ``fetch`` of ``POST /v1/check`` (the same request the SDK sends,
-  without the SDK); and the same with a ``pending`` fingerprint in the body;
+  without the SDK); and the same with a ``pending`` fingerprint in the body. Each SDK call is timed right after
+  its baseline call, pair by pair, and "added" is the median of the per-pair differences;
 * the SDK's ``check`` (network), and ``before_call`` with ``pending_request(model, messages)`` of a
   12-message agent conversation (~6 kB: fingerprint + check + applying the decision);
 * the fingerprint alone, and a check refused from the cached block list (no network).
 
 The ratio column is each figure over its language's bare request of the same kind, per round, median over
-rounds; "added" is the figure minus that baseline. Everything is bounded: fixed call counts, loopback only.
+rounds. Everything is bounded: fixed call counts, loopback only.
 """
 
 from __future__ import annotations
@@ -54,36 +55,51 @@ def conversation() -> list[dict]:
     return messages
 
 
-def median_time(n: int, fn) -> float:
-    out = []
+def paired(n: int, base, fn) -> tuple[float, float, float]:
+    """``base(i)`` and ``fn(i)`` timed alternately, call by call (drift hits both alike): their medians and the
+    median of the per-pair difference, in microseconds."""
+    a, b, d = [], [], []
     for i in range(n):
         t0 = time.perf_counter()
+        base(i)
+        t1 = time.perf_counter()
         fn(i)
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out) * 1e6
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+        d.append((t2 - t1) - (t1 - t0))
+    return statistics.median(a) * 1e6, statistics.median(b) * 1e6, statistics.median(d) * 1e6
 
 
-async def amedian_time(n: int, fn) -> float:
-    out = []
+async def apaired(n: int, base, fn) -> tuple[float, float, float]:
+    a, b, d = [], [], []
     for i in range(n):
         t0 = time.perf_counter()
+        await base(i)
+        t1 = time.perf_counter()
         await fn(i)
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out) * 1e6
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+        d.append((t2 - t1) - (t1 - t0))
+    return statistics.median(a) * 1e6, statistics.median(b) * 1e6, statistics.median(d) * 1e6
 
 
 def python_rounds(api: str, blocked: str, rounds: int, n: int, cached: int, messages: list[dict]) -> dict:
-    res: dict[str, list[float]] = {k: [] for k in ("bare", "check", "pendingBare", "beforeCallPending", "fingerprint",
-                                                  "cached", "abare", "acheck")}
+    res: dict[str, list[float]] = {}
+
+    def keep(prefix: str, triple: tuple[float, float, float], base: str) -> None:
+        for key, value in zip((base, prefix, prefix + "Added"), triple, strict=True):
+            res.setdefault(key, []).append(value)
+
     headers = {"content-type": "application/json"}
     pending_body = {"request_fingerprint": "f" * 64}
     with httpx.Client(timeout=5) as http, LoopGuard(api, blocklist_interval=None, timeout=2) as guard:
         for i in range(200):  # warm-up
             http.post(f"{api}/v1/check", content=json.dumps({"session_id": f"w{i}"}), headers=headers)
             guard.check(session_id=f"warm-{i}")
-        assert guard.refresh_blocklist()
 
-        async def async_round(r: int) -> tuple[float, float]:
+        async def async_round(r: int) -> tuple[float, float, float]:
             async with httpx.AsyncClient(timeout=5) as ahttp, AsyncLoopGuard(api, blocklist_interval=None,
                                                                               timeout=2) as aguard:
                 for i in range(100):
@@ -97,38 +113,43 @@ def python_rounds(api: str, blocked: str, rounds: int, n: int, cached: int, mess
                 async def acheck(i: int) -> None:
                     await aguard.check(session_id=f"ac-{r}-{i}")
 
-                return await amedian_time(n, abare), await amedian_time(n, acheck)
+                return await apaired(n, abare, acheck)
 
         for r in range(rounds):
-            res["bare"].append(median_time(n, lambda i, r=r: http.post(
-                f"{api}/v1/check", content=json.dumps({"session_id": f"b-{r}-{i}"}), headers=headers)))
-            res["check"].append(median_time(n, lambda i, r=r: guard.check(session_id=f"c-{r}-{i}")))
-            res["pendingBare"].append(median_time(n, lambda i, r=r: http.post(
+            keep("check", paired(n, lambda i, r=r: http.post(
+                f"{api}/v1/check", content=json.dumps({"session_id": f"b-{r}-{i}"}), headers=headers),
+                lambda i, r=r: guard.check(session_id=f"c-{r}-{i}")), "bare")
+            keep("beforeCallPending", paired(n, lambda i, r=r: http.post(
                 f"{api}/v1/check", content=json.dumps({"session_id": f"pb-{r}-{i}", "pending": pending_body}),
-                headers=headers)))
-            res["beforeCallPending"].append(median_time(n, lambda i, r=r: guard.before_call(
-                session_id=f"p-{r}-{i}", pending=pending_request(MODEL, messages))))
-            res["fingerprint"].append(median_time(n, lambda i: request_fingerprint(MODEL, messages)))
+                headers=headers), lambda i, r=r: guard.before_call(
+                session_id=f"p-{r}-{i}", pending=pending_request(MODEL, messages))), "pendingBare")
+            fps = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                request_fingerprint(MODEL, messages)
+                fps.append(time.perf_counter() - t0)
+            res.setdefault("fingerprint", []).append(statistics.median(fps) * 1e6)
             assert guard.refresh_blocklist()  # a fresh copy: older than max_stale, it would be ignored
             t0 = time.perf_counter()
             for _ in range(cached):
                 guard.check(session_id=blocked)
-            res["cached"].append((time.perf_counter() - t0) / cached * 1e6)
+            res.setdefault("cached", []).append((time.perf_counter() - t0) / cached * 1e6)
             assert guard.check(session_id=blocked).source == "cache"
-            abare, acheck = asyncio.run(async_round(r))
-            res["abare"].append(abare)
-            res["acheck"].append(acheck)
+            keep("acheck", asyncio.run(async_round(r)), "abare")
     return res
 
 
 def rows_for(lang: str, res: dict[str, list[float]]) -> list[tuple[str, str, str, str]]:
+    def med(key: str) -> float:
+        return statistics.median(res[key])
+
     def baseline(figure: str, key: str) -> tuple[str, str, str, str]:
-        return figure, f"{statistics.median(res[key]):,.1f}", "us", "1.000"
+        return figure, f"{med(key):,.1f}", "us", "1.000"
 
     def versus(figure: str, key: str, base: str) -> tuple[str, str, str, str]:
         ratio = statistics.median(v / b for v, b in zip(res[key], res[base], strict=True))
-        added = statistics.median(v - b for v, b in zip(res[key], res[base], strict=True))
-        return figure, f"{statistics.median(res[key]):,.1f}", "us", f"{ratio:.3f} (added {added:+,.1f} us)"
+        added = f"; added {med(key + 'Added'):+,.1f} us (median of paired differences)" if key + "Added" in res else ""
+        return figure, f"{med(key):,.1f}", "us", f"{ratio:.3f}{added}"
 
     rows = [baseline(f"{lang}: bare POST /v1/check, p50 (baseline)", "bare"),
             versus(f"{lang}: SDK check, p50", "check", "bare")]

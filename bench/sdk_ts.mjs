@@ -14,53 +14,55 @@ const model = 'gpt-4o-mini';
 const now = () => performance.now() * 1000;
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 
-async function timeEach(n, fn) {
-  const out = [];
+/** base(i) and fn(i) timed alternately (drift hits both alike): their medians, and the median difference. */
+async function paired(n, base, fn) {
+  const a = [], b = [], d = [];
   for (let i = 0; i < n; i++) {
     const t0 = now();
+    await base(i);
+    const t1 = now();
     await fn(i);
-    out.push(now() - t0);
+    const t2 = now();
+    a.push(t1 - t0); b.push(t2 - t1); d.push((t2 - t1) - (t1 - t0));
   }
-  return median(out);
+  return [median(a), median(b), median(d)];
 }
 
 const guard = new LoopGuard({ endpoint: api, blocklistIntervalMs: null, timeoutMs: 2000 });
 const body = (i) => JSON.stringify({ session_id: `ts-bare-${i}` });
-const result = { bare: [], check: [], beforeCallPending: [], fingerprint: [], cached: [], pendingBare: [] };
+const result = {};
+const keep = (key, base, [x, y, d]) => {
+  for (const [k, v] of [[base, x], [key, y], [`${key}Added`, d]]) (result[k] ??= []).push(v);
+};
+const post = async (b) => {
+  const res = await fetch(`${api}/v1/check`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: b });
+  await res.text();
+};
 
 // warm-up: connections, JIT
 for (let i = 0; i < 200; i++) {
-  await (await fetch(`${api}/v1/check`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i) })).text();
+  await post(body(i));
   await guard.check({ sessionId: `warm-${i}` });
 }
-if (!(await guard.refreshBlocklist())) throw new Error('block list');
 
 let k = 0;
 for (let r = 0; r < ROUNDS; r++) {
-  result.bare.push(await timeEach(N, async (i) => {
-    const res = await fetch(`${api}/v1/check`, { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: body(`${r}-${i}`) });
-    await res.text();
-  }));
-  result.check.push(await timeEach(N, (i) => guard.check({ sessionId: `ts-check-${r}-${i}` })));
-  result.pendingBare.push(await timeEach(N, async (i) => {
-    const res = await fetch(`${api}/v1/check`, { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ session_id: `ts-pb-${r}-${i}`, pending: { request_fingerprint: 'f'.repeat(64) } }) });
-    await res.text();
-  }));
-  result.beforeCallPending.push(await timeEach(N, (i) => guard.beforeCall({ sessionId: `ts-pending-${r}-${i}`,
-    pending: pendingRequest(model, messages) })));
+  keep('check', 'bare', await paired(N, (i) => post(body(`${r}-${i}`)),
+    (i) => guard.check({ sessionId: `ts-check-${r}-${i}` })));
+  keep('beforeCallPending', 'pendingBare', await paired(N,
+    (i) => post(JSON.stringify({ session_id: `ts-pb-${r}-${i}`, pending: { request_fingerprint: 'f'.repeat(64) } })),
+    (i) => guard.beforeCall({ sessionId: `ts-pending-${r}-${i}`, pending: pendingRequest(model, messages) })));
   const fps = [];
   for (let i = 0; i < N; i++) {
     const t0 = now();
     k += requestFingerprint(model, messages).length;
     fps.push(now() - t0);
   }
-  result.fingerprint.push(median(fps));
+  (result.fingerprint ??= []).push(median(fps));
   if (!(await guard.refreshBlocklist())) throw new Error('block list'); // older than maxStaleMs it would be ignored
   const t0 = now();
   for (let i = 0; i < CACHED; i++) await guard.check({ sessionId: blocked });
-  result.cached.push((now() - t0) / CACHED);
+  (result.cached ??= []).push((now() - t0) / CACHED);
   const d = await guard.check({ sessionId: blocked });
   if (d.source !== 'cache') throw new Error(`expected a cached block, got ${d.source}`);
 }
