@@ -101,6 +101,8 @@ def test_detector_sdk_is_the_sdk_package():
 
     assert LoopGuard is loop_detector_sdk.LoopGuard and guard_openai is loop_detector_sdk.guard_openai
     assert detector.sdk.client is loop_detector_sdk.client
+    from detector.sdk.otel import LoopAttributesSpanProcessor  # an optional submodule, under the old name
+    assert LoopAttributesSpanProcessor is loop_detector_sdk.LoopAttributesSpanProcessor
     assert detector.sdk.LoopAttributesSpanProcessor is loop_detector_sdk.LoopAttributesSpanProcessor
     assert set(detector.sdk.__all__) == set(loop_detector_sdk.__all__)
     # this checkout's install is editable: the package is the SDK's own source tree, not a copy
