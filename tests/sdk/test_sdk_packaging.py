@@ -126,7 +126,7 @@ def test_both_wheels_carry_the_sdk(tmp_path):
     server = _wheel(tmp_path, ROOT)
     names = set(server.namelist())
     assert set(sdk_files) <= names, set(sdk_files) - names
-    assert "detector/sdk/__init__.py" in names and "detector/api.py" in names
+    assert "detector/sdk/__init__.py" in names and "detector/api/app.py" in names
 
     sdk = _wheel(tmp_path, SDK_PYTHON)
     names = sdk.namelist()
