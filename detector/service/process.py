@@ -32,6 +32,7 @@ from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
+from detector.ingest.grpc_receiver import OTLPGrpcReceiver
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
@@ -56,6 +57,7 @@ ADMIN_TOKEN_FILE = "admin-token"
 class Endpoints:
     otlp: str
     api: str
+    otlp_grpc: str = ""  # host:port of the OTLP/gRPC receiver ('' when it is off)
 
 
 def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
@@ -110,6 +112,9 @@ class Service:
         if self.webhooks is not None:
             self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
         self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
+        # the OTLP/gRPC receiver commits through the HTTP receiver's committers (one group commit for both)
+        self.grpc_receiver = OTLPGrpcReceiver(self.otlp_app.state.committer, self.otlp_app.state.logs_committer,
+                                              config.ingest, self.ingest_metrics)
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
         self._reload_lock = threading.Lock()
@@ -188,7 +193,11 @@ class Service:
         self.job.update_budgets(config)
 
     # -- running ----------------------------------------------------------------------------------
-    async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True) -> None:
+    async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True,
+                    otlp_grpc_port: int | None = None) -> None:
+        """Run until stopped. ``otlp_grpc_port`` None: no OTLP/gRPC receiver; 0: a free port."""
+        if otlp_grpc_port is not None:
+            await self.grpc_receiver.start(host, otlp_grpc_port)
         servers = [
             uvicorn.Server(uvicorn.Config(self.otlp_app, host=host, port=otlp_port, log_level="warning",
                                           access_log=False, lifespan="off")),
@@ -204,6 +213,7 @@ class Service:
         try:
             await asyncio.gather(*(s.serve() for s in servers))
         finally:
+            await self.grpc_receiver.stop()
             self.stop_scheduler()
 
     def request_stop(self) -> None:
@@ -241,13 +251,15 @@ def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: s
     otlp_port, api_port = free_port(host), free_port(host)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
-        target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False)),
+        target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False,
+                                                             otlp_grpc_port=0)),
         daemon=True,
     )
     thread.start()
-    endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}")
-    _wait_ready(endpoints.api + "/healthz")
-    _wait_ready(endpoints.otlp + "/healthz")
+    _wait_ready(f"http://{host}:{api_port}/healthz")
+    _wait_ready(f"http://{host}:{otlp_port}/healthz")
+    endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}",
+                          otlp_grpc=f"{host}:{service.grpc_receiver.port}")
     try:
         yield service, endpoints
     finally:
