@@ -158,7 +158,7 @@ class OTLPGrpcReceiver:
 
     async def _export_metrics(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         async def handle() -> bytes:
-            points = await self._decode(count_metric_points_pb, request)
+            points = await self._decode(lambda body, _settings: count_metric_points_pb(body), request)
             response = ExportMetricsServiceResponse()
             if points:
                 response.partial_success.rejected_data_points = points

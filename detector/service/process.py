@@ -245,14 +245,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextmanager
 def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: str = "127.0.0.1",
-                    config_path: str | None = None) -> Iterator[tuple[Service, Endpoints]]:
-    """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks)."""
+                    config_path: str | None = None, otlp_grpc_port: int = 0) -> Iterator[tuple[Service, Endpoints]]:
+    """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks); the OTLP/gRPC
+    receiver on ``otlp_grpc_port`` (0: a free one)."""
     service = Service(config, data_dir, config_path=config_path)
     otlp_port, api_port = free_port(host), free_port(host)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
         target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False,
-                                                             otlp_grpc_port=0)),
+                                                             otlp_grpc_port=otlp_grpc_port)),
         daemon=True,
     )
     thread.start()

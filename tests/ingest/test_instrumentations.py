@@ -18,8 +18,6 @@ sources write them (including the ones no installable library emits any more).
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -45,6 +43,7 @@ AGENT = ROOT / "tests" / "support" / "instrumented_agent.py"
 sys.path.insert(0, str(EXAMPLES))
 
 from openai_stub import LOOP_CALL, serve_stub  # noqa: E402
+from support.venvs import venv_python  # noqa: E402
 
 from detector.evaluation.simulate import wait_for_detector as wait_for_watermark  # noqa: E402
 
@@ -99,56 +98,9 @@ PRICING = {"chat": {m: {"promptPrice": 0.00015, "completionPrice": 0.0006} for m
 # -- environments -------------------------------------------------------------------------------------------
 
 
-_VENV_FAILURES: dict[str, str] = {}  # per test run: one failed creation is not retried by every test
-
-
-def venv_python(name: str) -> Path:
-    """The interpreter of the cached venv for ``VENVS[name]``, created on first use (skip if impossible)."""
-    if os.environ.get("LOOP_DETECTOR_SKIP_VENV_TESTS"):
-        pytest.skip("LOOP_DETECTOR_SKIP_VENV_TESTS is set")
-    requirements = VENVS[name]
-    digest = hashlib.sha256(json.dumps([sys.version, requirements]).encode()).hexdigest()[:12]
-    base = Path(os.environ.get("LOOP_DETECTOR_TEST_VENVS", Path.home() / ".cache" / "loop-detector" / "test-venvs"))
-    base.mkdir(parents=True, exist_ok=True)
-    path = base / f"{name}-{digest}"
-    with open(base / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be creating it
-        if not (path / ".ready").exists():
-            failure = _VENV_FAILURES.get(name) or _create_venv(path, requirements)
-            if failure is not None:
-                _VENV_FAILURES[name] = failure
-                pytest.skip(f"could not create the {name} environment ({' '.join(requirements)}): {failure}")
-    return path / "bin" / "python"
-
-
-def _create_venv(path: Path, requirements: list[str]) -> str | None:
-    """Create the venv; None when ready, else why not (it is then removed, to be tried again next run)."""
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-    steps = [
-        [sys.executable, "-m", "venv", str(path)],
-        # the pip that ships with Python 3.11's venv cannot resolve openlit's dependency tree: upgrade it first
-        [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--upgrade", "pip"],
-        [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
-    ]
-    for cmd in steps:
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(path, ignore_errors=True)
-            return f"timed out: {' '.join(cmd[-3:])}"
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            shutil.rmtree(path, ignore_errors=True)
-            return " / ".join(tail) or f"exit {proc.returncode}"
-    (path / ".ready").write_text("ok")
-    return None
-
-
 def interpreter_for(variant: Variant) -> str:
     if variant.venv is not None:
-        return str(venv_python(variant.venv))
+        return str(venv_python(variant.venv, VENVS[variant.venv]))
     assert variant.module is not None
     try:
         found = importlib.util.find_spec(variant.module) is not None
