@@ -188,7 +188,9 @@ SELECT *,
     if(ev, arrayFilter((x, n) -> n IN ('gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
         'gen_ai.tool.message', 'gen_ai.content.prompt'), ev_attrs, ev_names), []) AS ev_in,
     if(ev, arrayFilter((x, n) -> n IN ('gen_ai.choice', 'gen_ai.content.completion'), ev_attrs, ev_names), []) AS ev_out,
-    arrayFlatten(arrayMap(x -> JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'), ev_out)) AS ev_calls,
+    -- (the choice's tool calls under its message, as the conventions put them, or beside it, as OpenLLMetry does)
+    arrayFlatten(arrayMap(x -> arrayConcat(JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'),
+        JSONExtractArrayRaw(x['gen_ai.event.content'], 'tool_calls')), ev_out)) AS ev_calls,
     -- OpenLIT names the tool calls on the chat span, comma-joined (with or without content)
     if(is_llm AND lit_tool_names != '', splitByString(', ', lit_tool_names), []) AS lit_tools,
     arrayElement(arrayMap(x -> x['exception.type'], arrayFilter((x, n) -> n = 'exception', ev_attrs, ev_names)), 1)

@@ -29,6 +29,7 @@ from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
 from detector.storage.budget_totals import load_totals, save_totals
 from detector.storage.call_rows import CALL_COLUMNS
+from detector.storage.log_content import LogContent
 from detector.storage.persisted_scopes import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.storage.tables import decision_table, event_table, score_table, state_table
 from detector.storage.transport import Store, insert_rows
@@ -155,6 +156,7 @@ class DetectorJob:
         self.last_stats = CycleStats()
         self.cycles = 0
         self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.detection.gc_policy)
+        self.log_content = LogContent(store)  # content that came in logs, joined to its calls
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -213,6 +215,7 @@ class DetectorJob:
         calls = Call.from_columns(self.store.arrow(
             SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
         ).to_pydict())
+        calls = self.log_content.enrich(calls)
         self._load_missing(calls)
         read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,11 @@ import httpx
 import pytest
 
 from detector.core.escalation import LEVEL_RANK
+from detector.core.models import Call
 from detector.service.process import running_service
 from detector.settings.config import AppConfig
+from detector.storage.call_rows import CALL_COLUMNS
+from detector.storage.log_content import LogContent
 from detector.storage.transport import insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,16 +74,25 @@ class Variant:
     session_mode: str  # native | processor | invoke_agent
     venv: str | None = None  # a key of VENVS, else the project's own venv
     module: str | None = None  # importable in the project's venv when installed
+    content_mode: str = "span"  # span | event_only | events (openai-v2: where the content goes)
+    transport: str = "http"  # http | grpc
 
     @property
     def id(self) -> str:
         name = self.venv or self.instrumentation
-        return f"{name}-{'content' if self.content else 'no-content'}-{self.session_mode}"
+        mode = "" if self.content_mode == "span" else f"-{self.content_mode}"
+        return (f"{name}-{'content' if self.content else 'no-content'}{mode}-{self.session_mode}"
+                f"{'-grpc' if self.transport == 'grpc' else ''}")
 
 
 VARIANTS = [
     Variant("openai-v2", True, "invoke_agent", module="opentelemetry.instrumentation.openai_v2"),
     Variant("openai-v2", False, "processor", module="opentelemetry.instrumentation.openai_v2"),
+    # content in logs, joined to the spans: the latest conventions' details record (openai-v2 event_only) over
+    # gRPC, the 1.30 per-message events (OpenLLMetry without legacy attributes) over HTTP
+    Variant("openai-v2", True, "invoke_agent", module="opentelemetry.instrumentation.openai_v2",
+            content_mode="event_only", transport="grpc"),
+    Variant("openllmetry", True, "native", module="opentelemetry.instrumentation.openai", content_mode="events"),
     Variant("openllmetry", True, "native", module="opentelemetry.instrumentation.openai"),
     Variant("openllmetry", False, "native", module="opentelemetry.instrumentation.openai"),
     Variant("openinference", True, "native", module="openinference.instrumentation.openai"),
@@ -136,6 +148,14 @@ def pricing_file(tmp_path_factory) -> str:
     return str(path)
 
 
+def detector_calls(store, traces: list[str]) -> list[dict[str, Any]]:
+    """The calls of these traces as the detector reads them (``otel.genai_calls``, with the content that came in
+    logs joined in), in span order, as dicts of ``Call`` fields."""
+    table = store.arrow(f"SELECT {CALL_COLUMNS} FROM otel.genai_calls WHERE trace_id IN {{t:Array(String)}} "
+                        "ORDER BY ts, span_id", {"t": traces})
+    return [asdict(c) for c in LogContent(store).enrich(Call.from_columns(table.to_pydict()))]
+
+
 def tool_fingerprint(store, name: str, arguments: dict[str, Any]) -> int:
     """The fingerprint the MV gives a tool call (name + argument values), computed by the same store."""
     args = json.dumps(arguments)
@@ -148,7 +168,8 @@ def run_agent_process(variant: Variant, python: str, eps, stub_url: str, agents:
                       pricing: str) -> dict[str, Any]:
     config = {
         "instrumentation": variant.instrumentation, "content": variant.content, "session_mode": variant.session_mode,
-        "otlp": eps.otlp, "openai_base_url": stub_url + "/v1", "examples_dir": str(EXAMPLES), "agents": agents,
+        "otlp": eps.otlp, "otlp_grpc": eps.otlp_grpc, "content_mode": variant.content_mode,
+        "transport": variant.transport, "openai_base_url": stub_url + "/v1", "examples_dir": str(EXAMPLES), "agents": agents,
         "pricing_json": pricing,
     }
     env = {k: v for k, v in os.environ.items()
@@ -191,9 +212,13 @@ def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
     assert fine["action"] == "allow", (variant.id, fine)
 
     store = svc.store
-    rows = store.rows(
-        "SELECT * FROM otel.genai_calls WHERE trace_id IN {t:Array(String)} ORDER BY ts, span_id",
-        {"t": [loop["trace_id"], healthy["trace_id"], error["trace_id"]]})
+    traces = [loop["trace_id"], healthy["trace_id"], error["trace_id"]]
+    rows = detector_calls(store, traces)  # what the detector reads: content from logs joined in
+    stored = store.rows("SELECT has_content FROM otel.genai_calls WHERE trace_id IN {t:Array(String)} "
+                        "AND call_kind = 'llm'", {"t": traces})
+    if variant.content_mode != "span":  # the spans carry no content: it all came from the logs
+        assert not any(r["has_content"] for r in stored), variant.id
+        assert svc.job.log_content.joined > 0
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_trace.setdefault(row["trace_id"], []).append(row)
