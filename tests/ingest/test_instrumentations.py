@@ -200,13 +200,21 @@ def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
     loop, healthy, error = runs["loop"], runs["healthy"], runs["error"]
 
     def decision(run: dict[str, Any]) -> dict[str, Any]:
-        params = {"session_id": run["session"]}
         if variant.session_mode == "invoke_agent":
-            # the session arrives on the run's root span, exported after its calls: the trace scope decides
-            params["trace_id"] = run["trace_id"]
-        return httpx.get(f"{eps.api}/v1/decision", params=params).json()
+            # the session arrives on the run's root span, exported after its calls; the agent asks with its trace
+            # id alone, and the detector knows the trace's session by now
+            answer = httpx.get(f"{eps.api}/v1/decision", params={"trace_id": run["trace_id"]}).json()
+            assert answer["session_id"] == run["session"], (variant.id, answer)
+            return answer
+        return httpx.get(f"{eps.api}/v1/decision", params={"session_id": run["session"]}).json()
 
     stuck, fine = decision(loop), decision(healthy)
+    if variant.session_mode == "invoke_agent":
+        # bound late, the run's calls count for its session, with their history: the session scope flags it too
+        by_session = httpx.get(f"{eps.api}/v1/decision", params={"session_id": loop["session"]}).json()
+        assert by_session["action"] != "allow", (variant.id, by_session)
+        checked = httpx.post(f"{eps.api}/v1/check", json={"trace_id": loop["trace_id"]})
+        assert checked.status_code in (200, 429) and checked.json().get("action", "block") != "allow", checked.text
     assert stuck["action"] != "allow", (variant.id, stuck)
     assert LEVEL_RANK[stuck["level"]] >= LEVEL_RANK["warn"], (variant.id, stuck)
     assert fine["action"] == "allow", (variant.id, fine)
