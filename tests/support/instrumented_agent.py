@@ -20,8 +20,10 @@ Configuration (one JSON argument):
 - ``transport``: ``http`` (OTLP/HTTP to ``otlp``, the default) or ``grpc`` (OTLP/gRPC to ``otlp_grpc``);
 - ``session_mode``: where the session id goes: ``native`` (the library's own way: traceloop association
   properties for OpenLLMetry, ``using_session`` for OpenInference), ``processor`` (``loop_detector.session_id``
-  on every span, from a small span processor) or ``invoke_agent`` (``gen_ai.conversation.id`` on the agent
-  run's root span only);
+  on every span, from a small span processor), ``baggage`` (``session.id`` in the OpenTelemetry baggage,
+  copied onto every span by ``opentelemetry-processor-baggage``, the standard route) or ``invoke_agent``
+  (``gen_ai.conversation.id`` on the agent run's root span only);
+- ``attribute_count_limit``: the SDK's span attribute limit (default 4096; 128 is the SDK's own default);
 - ``otlp`` (base URL of the OTLP/HTTP receiver), ``openai_base_url`` (the stub's ``.../v1``),
   ``examples_dir`` (for the stub's tool list), ``agents`` (``[{"session", "scenario", "steps"}]``),
   ``pricing_json`` (OpenLIT's price file).
@@ -112,6 +114,10 @@ def make_provider() -> TracerProvider:
     provider = TracerProvider(resource=Resource.create({"service.name": f"agent-{INSTRUMENTATION}"}))
     if SESSION_MODE == "processor":
         provider.add_span_processor(SessionAttributeProcessor("loop_detector.session_id"))
+    elif SESSION_MODE == "baggage":
+        from opentelemetry.processor.baggage import ALLOW_ALL_BAGGAGE_KEYS, BaggageSpanProcessor
+
+        provider.add_span_processor(BaggageSpanProcessor(ALLOW_ALL_BAGGAGE_KEYS))
     elif SESSION_MODE == "native" and INSTRUMENTATION == "openllmetry":
         provider.add_span_processor(SessionAttributeProcessor("traceloop.association.properties.session_id"))
     if TRANSPORT == "grpc":
@@ -217,6 +223,11 @@ def run_agent(client: openai.OpenAI, tracer: trace.Tracer, session: str, scenari
     if SESSION_MODE == "invoke_agent":
         root_attrs["gen_ai.conversation.id"] = session
     scope: Any = None
+    baggage_token = None
+    if SESSION_MODE == "baggage":  # what the app (or a web framework's middleware) does once per request
+        from opentelemetry import baggage
+
+        baggage_token = otel_context.attach(baggage.set_baggage("session.id", session))
     if INSTRUMENTATION == "openinference" and SESSION_MODE == "native":
         from openinference.instrumentation import using_session
 
@@ -249,6 +260,8 @@ def run_agent(client: openai.OpenAI, tracer: trace.Tracer, session: str, scenari
     finally:
         if scope is not None:
             scope.__exit__(None, None, None)
+        if baggage_token is not None:
+            otel_context.detach(baggage_token)
         SESSION.reset(token)
     return {"session": session, "scenario": scenario, "trace_id": trace_id, "usage": usage, "errors": errors}
 
