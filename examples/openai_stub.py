@@ -4,14 +4,17 @@ No model behind it: each answer is a pure function of the request, so an agent r
 reproducible. The scenario is picked by a marker in the conversation's first user (or system) message:
 
 - ``[loop]``: the model always asks for the same tool call, ``read_file({"path": "config.yaml"})``, with
-  the same text: an agent stuck in a loop;
+  the same text: an agent stuck in a loop; ``[loop N]`` gives up with a final answer once the conversation
+  holds N tool results (for frameworks that run until the model stops);
 - ``[healthy]`` (the default): one different tool call per step (list, read, grep, edit, test...), then a
   final answer once the conversation holds ``HEALTHY_STEPS`` tool results;
 - ``[error]``: every call fails with HTTP 500 (an OpenAI-style error body); ``[ratelimit]``: HTTP 429.
 
 Usage is reported like OpenAI's (``prompt_tokens`` from the size of the messages, ``completion_tokens``
 from the size of the answer). The response ``model`` is the requested one with a date suffix, as OpenAI
-answers (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``). Streaming is not supported.
+answers (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``). ``stream: true`` is answered as OpenAI streams: server-sent
+``chat.completion.chunk`` events (the text, then the tool calls, then the finish reason and, when
+``stream_options.include_usage``, the usage), ended by ``data: [DONE]``.
 
 Run it alone (examples): ``python examples/openai_stub.py --port 8765``; in-process (tests):
 ``with serve_stub() as base_url: OpenAI(base_url=base_url + "/v1", api_key="stub")``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import threading
 import time
@@ -66,9 +70,19 @@ def scenario_of(messages: list[dict[str, Any]]) -> str:
         if m.get("role") in ("system", "developer", "user"):
             text = _text_of(m)
             for name in ("loop", "error", "ratelimit", "healthy"):
-                if f"[{name}]" in text:
+                if f"[{name}]" in text or (name == "loop" and re.search(r"\[loop \d+\]", text)):
                     return name
     return "healthy"
+
+
+def loop_limit(messages: list[dict[str, Any]]) -> int | None:
+    """N of a ``[loop N]`` marker: the looping model gives up after N tool results."""
+    for m in messages:
+        if m.get("role") in ("system", "developer", "user"):
+            found = re.search(r"\[loop (\d+)\]", _text_of(m))
+            if found:
+                return int(found.group(1))
+    return None
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:
@@ -93,7 +107,10 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
                                "param": None, "code": "rate_limit_exceeded"}}
     done = sum(1 for m in messages if m.get("role") == "tool")
     tool_call: tuple[str, dict[str, Any]] | None
-    if scenario == "loop":
+    limit = loop_limit(messages) if scenario == "loop" else None
+    if scenario == "loop" and limit is not None and done >= limit:
+        text, tool_call = f"Still failing after {done} attempts; giving up.", None
+    elif scenario == "loop":
         text, tool_call = LOOP_TEXT, LOOP_CALL
     elif done >= HEALTHY_STEPS:
         text, tool_call = f"Done: the change is in place after {done} steps.", None
@@ -122,20 +139,47 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     }
 
 
+def stream_chunks(payload: dict[str, Any], include_usage: bool) -> list[str]:
+    """A completion as the server-sent events OpenAI streams: role and text, each tool call, the finish reason,
+    the usage (when asked for), ``[DONE]``."""
+    choice = payload["choices"][0]
+    message = choice["message"]
+    base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+            "model": payload["model"], "system_fingerprint": payload["system_fingerprint"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None,
+              choices: bool = True) -> str:
+        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+                if choices else []}
+        if usage is not None:
+            body["usage"] = usage
+        return f"data: {json.dumps(body)}\n\n"
+
+    events = [chunk({"role": "assistant", "content": ""}), chunk({"content": message["content"]})]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        events.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                             "function": {"name": call["function"]["name"],
+                                                          "arguments": call["function"]["arguments"]}}]}))
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append(chunk({}, usage=payload["usage"], choices=False))
+    events.append("data: [DONE]\n\n")
+    return events
+
+
 def create_stub_app() -> Starlette:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         body = await request.json()
         request.app.state.requests.append(body)
-        if body.get("stream"):
-            return JSONResponse({"error": {"message": "streaming is not supported by the stub",
-                                           "type": "invalid_request_error", "param": "stream", "code": None}},
-                                status_code=400)
         status, payload = answer(body)
+        if body.get("stream") and status == 200:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(iter(stream_chunks(payload, include_usage)), media_type="text/event-stream")
         return JSONResponse(payload, status_code=status)
 
     async def healthz(_: Request) -> JSONResponse:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,8 @@ import httpx
 import pytest
 
 from detector.core.escalation import LEVEL_RANK
-from detector.core.models import Call
 from detector.service.process import running_service
 from detector.settings.config import AppConfig
-from detector.storage.call_rows import CALL_COLUMNS
-from detector.storage.log_content import LogContent
 from detector.storage.transport import insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +43,7 @@ AGENT = ROOT / "tests" / "support" / "instrumented_agent.py"
 sys.path.insert(0, str(EXAMPLES))
 
 from openai_stub import LOOP_CALL, serve_stub  # noqa: E402
+from support.detector_reads import detector_calls  # noqa: E402
 from support.venvs import venv_python  # noqa: E402
 
 from detector.evaluation.simulate import wait_for_detector as wait_for_watermark  # noqa: E402
@@ -153,14 +151,6 @@ def pricing_file(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("pricing") / "pricing.json"
     path.write_text(json.dumps(PRICING))
     return str(path)
-
-
-def detector_calls(store, traces: list[str]) -> list[dict[str, Any]]:
-    """The calls of these traces as the detector reads them (``otel.genai_calls``, with the content that came in
-    logs joined in), in span order, as dicts of ``Call`` fields."""
-    table = store.arrow(f"SELECT {CALL_COLUMNS} FROM otel.genai_calls WHERE trace_id IN {{t:Array(String)}} "
-                        "ORDER BY ts, span_id", {"t": traces})
-    return [asdict(c) for c in LogContent(store).enrich(Call.from_columns(table.to_pydict()))]
 
 
 def tool_fingerprint(store, name: str, arguments: dict[str, Any]) -> int:

@@ -27,4 +27,4 @@ PYTHON_ENVS: dict[str, list[str]] = {
 
 # The Vercel AI SDK v6 (the last major the issue names), its OpenAI provider, and the OpenTelemetry JS SDK
 NODE_PACKAGES: list[str] = ["ai@6", "@ai-sdk/openai@3", "@opentelemetry/api@1", "@opentelemetry/sdk-trace-base@2",
-                            "@opentelemetry/exporter-trace-otlp-proto@0.301", "@opentelemetry/resources@2"]
+                            "@opentelemetry/exporter-trace-otlp-proto", "@opentelemetry/context-async-hooks@2"]

@@ -1,4 +1,5 @@
-"""Cached virtual environments for tests that run a real library which cannot live beside the project's pins.
+"""Cached virtual environments for tests that run a real library which cannot live beside the project's pins
+(and, for JavaScript libraries, a cached ``node_modules``: :func:`node_modules`).
 
     python = venv_python("openlit", ["openlit==1.45.0", "openai>=2,<3"])
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["venv_python"]
+__all__ = ["node_modules", "venv_python"]
 
 _VENV_FAILURES: dict[str, str] = {}  # per test run: one failed creation is not retried by every test
 
@@ -67,3 +68,37 @@ def _create_venv(path: Path, requirements: list[str]) -> str | None:
             return " / ".join(tail) or f"exit {proc.returncode}"
     (path / ".ready").write_text("ok")
     return None
+
+
+def node_modules(name: str, packages: list[str]) -> Path:
+    """A ``node_modules`` holding ``packages`` (npm specs), installed once under the same cache (skip if node or
+    npm is missing or the registry cannot be reached)."""
+    if os.environ.get("LOOP_DETECTOR_SKIP_VENV_TESTS"):
+        pytest.skip("LOOP_DETECTOR_SKIP_VENV_TESTS is set")
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed")
+    digest = hashlib.sha256(json.dumps(packages).encode()).hexdigest()[:12]
+    base = Path(os.environ.get("LOOP_DETECTOR_TEST_VENVS", Path.home() / ".cache" / "loop-detector" / "test-venvs"))
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / f"node-{name}-{digest}"
+    with open(base / f"node-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / ".ready").exists():
+            failure = _VENV_FAILURES.get(f"node-{name}")
+            if failure is None:
+                shutil.rmtree(path, ignore_errors=True)
+                path.mkdir(parents=True)
+                (path / "package.json").write_text(json.dumps({"name": f"test-{name}", "private": True}))
+                try:
+                    proc = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", *packages],
+                                          cwd=path, capture_output=True, text=True, timeout=900)
+                    failure = None if proc.returncode == 0 else " / ".join(
+                        (proc.stderr or proc.stdout).strip().splitlines()[-3:]) or f"exit {proc.returncode}"
+                except subprocess.TimeoutExpired:
+                    failure = "npm install timed out"
+            if failure is not None:
+                _VENV_FAILURES[f"node-{name}"] = failure
+                shutil.rmtree(path, ignore_errors=True)
+                pytest.skip(f"could not install {' '.join(packages)}: {failure}")
+            (path / ".ready").write_text("ok")
+    return path / "node_modules"
