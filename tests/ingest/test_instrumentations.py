@@ -520,3 +520,36 @@ def test_example_flags_its_looping_agent(example):
     steps = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert len(steps) >= 10, proc.stdout
     assert any(word in ("warn", "throttle", "inject", "block") for step in steps for word in step), proc.stdout
+
+
+def test_a_span_is_a_tool_call_when_any_dialect_says_so(mv_store):
+    expected = tool_fingerprint(mv_store, *LOOP_CALL)
+    args = json.dumps(LOOP_CALL[1])
+    spans = [
+        # pydantic-ai before its tool spans carried gen_ai.operation.name (instrumentation v1/v2 attribute names)
+        span_row({"gen_ai.tool.name": "read_file", "gen_ai.tool.call.id": "c1", "tool_arguments": args},
+                 name="running tool"),
+        span_row({"ai.operationId": "ai.toolCall", "ai.toolCall.name": "read_file", "ai.toolCall.id": "c2",
+                  "ai.toolCall.args": args}, name="ai.toolCall"),  # the Vercel AI SDK
+        span_row({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file",
+                  "gcp.vertex.agent.tool_call_args": args, "gcp.vertex.agent.llm_request": "{}"},
+                 name="execute_tool read_file"),  # Google ADK's legacy schema
+        span_row({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file", "gen_ai.tool.call.arguments":
+                  json.dumps({"input_str": args, "tags": ["seq:step:1"], "metadata": {"run": uuid.uuid4().hex}})},
+                 name="execute_tool read_file"),  # OpenLLMetry's LangChain wrapper around the input
+    ]
+    calls = calls_of(mv_store, spans)
+    assert all(c["operation"] == "execute_tool" and c["tool_name"] == "read_file" for c in calls)
+    assert [c["tool_fp"] == expected for c in calls] == [True, True, True, True]
+
+
+def test_spans_naming_a_session_give_a_row_and_adk_twins_none(mv_store):
+    root, http_child, adk_twin = calls_of(mv_store, [
+        span_row({"session.id": "s-root", "openinference.span.kind": "CHAIN"}, name="LangGraph"),
+        {**span_row({"session.id": "s-http", "http.method": "GET"}, name="GET"), "ParentSpanId": "0123456789abcdef"},
+        span_row({"gen_ai.operation.name": "generate_content", "gen_ai.system": "openai",
+                  "gcp.vertex.agent.event_id": "e1", "gen_ai.usage.input_tokens": "10"}, name="generate_content m"),
+    ])
+    assert (root["call_kind"], root["operation"], root["session_id"]) == ("other", "", "s-root")
+    assert http_child is None  # not a framework span, not a root: nothing to learn about the trace
+    assert adk_twin is None
