@@ -6,7 +6,8 @@ No model behind it: each answer is a pure function of the request, so an agent r
 reproducible. The scenario is picked by a marker in the conversation's first user (or system) message:
 
 - ``[loop]``: the model always asks for the same tool call, ``read_file({"path": "config.yaml"})``, with
-  the same text: an agent stuck in a loop;
+  the same text: an agent stuck in a loop; ``[loop N]`` gives up with a final answer once the conversation
+  holds N tool results (for frameworks that run until the model stops);
 - ``[healthy]`` (the default): one different tool call per step (list, read, grep, edit, test...), then a
   final answer once the conversation holds ``HEALTHY_STEPS`` tool results;
 - ``[error]``: every call fails with HTTP 500 (an OpenAI-style error body); ``[ratelimit]``: HTTP 429.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import threading
 import time
@@ -69,9 +71,19 @@ def scenario_of(messages: list[dict[str, Any]]) -> str:
         if m.get("role") in ("system", "developer", "user"):
             text = _text_of(m)
             for name in ("loop", "error", "ratelimit", "healthy"):
-                if f"[{name}]" in text:
+                if f"[{name}]" in text or (name == "loop" and re.search(r"\[loop \d+\]", text)):
                     return name
     return "healthy"
+
+
+def loop_limit(messages: list[dict[str, Any]]) -> int | None:
+    """N of a ``[loop N]`` marker: the looping model gives up after N tool results."""
+    for m in messages:
+        if m.get("role") in ("system", "developer", "user"):
+            found = re.search(r"\[loop (\d+)\]", _text_of(m))
+            if found:
+                return int(found.group(1))
+    return None
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:
@@ -96,7 +108,10 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
                                "param": None, "code": "rate_limit_exceeded"}}
     done = sum(1 for m in messages if m.get("role") == "tool")
     tool_call: tuple[str, dict[str, Any]] | None
-    if scenario == "loop":
+    limit = loop_limit(messages) if scenario == "loop" else None
+    if scenario == "loop" and limit is not None and done >= limit:
+        text, tool_call = f"Still failing after {done} attempts; giving up.", None
+    elif scenario == "loop":
         text, tool_call = LOOP_TEXT, LOOP_CALL
     elif done >= HEALTHY_STEPS:
         text, tool_call = f"Done: the change is in place after {done} steps.", None

@@ -116,11 +116,20 @@ class Pending(BaseModel):
 class CheckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str = Field(min_length=1, max_length=ID_MAX)
-    trace_id: str | None = Field(None, max_length=TRACE_MAX, description="the OTel trace id (32 hex digits)")
+    session_id: str | None = Field(None, min_length=1, max_length=ID_MAX,
+                                   description="the session (conversation); optional when trace_id is given")
+    trace_id: str | None = Field(None, min_length=1, max_length=TRACE_MAX,
+                                 description="the OTel trace id (32 hex digits); alone, the trace's known session "
+                                             "is used")
     virtual_key: str | None = Field(None, max_length=ID_MAX)
     feature: str | None = Field(None, max_length=ID_MAX)
     pending: Pending | None = None
+
+    @model_validator(mode="after")
+    def _session_or_trace(self) -> CheckRequest:
+        if not self.session_id and not self.trace_id:
+            raise ValueError("session_id or trace_id is required")
+        return self
 
 
 class BudgetLine(BaseModel):
@@ -200,9 +209,10 @@ def check_answer(service: ServicePort, raw: bytes) -> tuple[int, dict[str, str],
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         return 422, {}, orjson.dumps({"detail": errors})
     pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
-    d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
+    session_id = body.session_id or service.enforcer.session_of(body.trace_id or "")
+    d = service.enforcer.decide(session_id, body.trace_id or None, body.virtual_key or None,
                                 body.feature or None, pending=pending or None)
-    return enforcement_answer(d, body.session_id)
+    return enforcement_answer(d, session_id)
 
 
 class FastCheck:
@@ -279,13 +289,19 @@ def create_api(service: ServicePort) -> FastAPI:
 
     @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"])
     async def decision(
-        session_id: str = Query(min_length=1, max_length=ID_MAX),
-        trace_id: str | None = Query(None, max_length=TRACE_MAX),
+        session_id: str | None = Query(None, min_length=1, max_length=ID_MAX,
+                                       description="optional when trace_id is given"),
+        trace_id: str | None = Query(None, min_length=1, max_length=TRACE_MAX,
+                                     description="alone, the trace's known session is used"),
         virtual_key: str | None = Query(None, max_length=ID_MAX),
         feature: str | None = Query(None, max_length=ID_MAX),
     ) -> Response:
-        """The current decision for a call in these scopes, as a plain read (always 200; nothing recorded).
-        An unknown session is ``allow``."""
+        """The current decision for a call in these scopes, as a plain read (200; nothing recorded). A session id
+        or a trace id (or both) is required (422 otherwise). An unknown session is ``allow``."""
+        if not session_id and not trace_id:
+            return _json({"detail": [{"type": "missing", "loc": ["query", "session_id"],
+                                      "msg": "session_id or trace_id is required"}]}, 422)
+        session_id = session_id or service.enforcer.session_of(trace_id or "")
         d = service.enforcer.decide(session_id, trace_id or None, virtual_key or None, feature or None)
         headers = {WARNING_HEADER: warning_header(d)} if d.action != ACTION_ALLOW else None
         return _json(decision_payload(d, session_id), 200, headers)

@@ -31,11 +31,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     service = Service(config, args.data_dir, config_path=args.config)
     clickhouse = (f", ClickHouse HTTP (read-only, user default) on http://{args.host}:{config.clickhouse_http.port}"
                   if service.clickhouse_app is not None else "")
-    print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
+    grpc_port = args.otlp_grpc_port or None
+    grpc = f"OTLP/gRPC on {args.host}:{args.otlp_grpc_port}, " if grpc_port else "OTLP/gRPC off, "
+    print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port} (/v1/traces, /v1/logs), {grpc}"
           f"API on http://{args.host}:{args.api_port} (docs at /docs){clickhouse}, data in {args.data_dir}; "
           f"detection core: {native.status()}", file=sys.stderr)
     try:
-        asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
+        asyncio.run(service.serve(args.host, args.otlp_port, args.api_port, otlp_grpc_port=grpc_port))
     except KeyboardInterrupt:
         pass
     finally:
@@ -93,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the OTLP receiver, the detector and the API in one process")
     serve.add_argument("--config", help="YAML config file (defaults apply without one)")
     serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded store directory (default %(default)s)")
-    serve.add_argument("--otlp-port", type=int, default=4318)
+    serve.add_argument("--otlp-port", type=int, default=4318, help="OTLP/HTTP receiver (default %(default)s)")
+    serve.add_argument("--otlp-grpc-port", type=int, default=4317,
+                       help="OTLP/gRPC receiver, trace and logs services (default %(default)s; 0 turns it off)")
     serve.add_argument("--api-port", type=int, default=8080)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")

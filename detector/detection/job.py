@@ -29,6 +29,7 @@ from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
 from detector.storage.budget_totals import load_totals, save_totals
 from detector.storage.call_rows import CALL_COLUMNS
+from detector.storage.log_content import LogContent
 from detector.storage.persisted_scopes import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.storage.tables import decision_table, event_table, score_table, state_table
 from detector.storage.transport import Store, insert_rows
@@ -155,6 +156,7 @@ class DetectorJob:
         self.last_stats = CycleStats()
         self.cycles = 0
         self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.detection.gc_policy)
+        self.log_content = LogContent(store)  # content that came in logs, joined to its calls
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -213,6 +215,7 @@ class DetectorJob:
         calls = Call.from_columns(self.store.arrow(
             SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
         ).to_pydict())
+        calls = self.log_content.enrich(calls)
         self._load_missing(calls)
         read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)
@@ -227,6 +230,8 @@ class DetectorJob:
         version = self.version()
         if out.decisions:
             self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))
+        if out.rebound:
+            self._withdraw_fallback_sessions([trace_id for trace_id, _ in out.rebound], version)
         self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
         self.watermark_us = cutoff
         if not replay:
@@ -253,6 +258,19 @@ class DetectorJob:
             except Exception:  # an observer (metrics, logs, webhooks) must never break detection
                 log.exception("cycle observer failed")
         return stats
+
+    def _withdraw_fallback_sessions(self, trace_ids: list[str], version: int) -> None:
+        """Traces whose session became known late: the session scopes they were scored under until then (keyed by
+        the trace id) now live in their sessions' (:meth:`Engine._bind_late_session`); their decisions and stored
+        states go."""
+        for trace_id in trace_ids:
+            self.book.drop(SCOPE_SESSION, trace_id)
+        insert_rows(self.store, "otel.loop_decisions",
+                    (Decision(scope=SCOPE_SESSION, scope_id=t).to_row(version) for t in trace_ids))
+        for start in range(0, len(trace_ids), DELETE_CHUNK):
+            self.store.command(DELETE_STORED, {"scope": SCOPE_SESSION, "ids": trace_ids[start:start + DELETE_CHUNK],
+                                               "v": version})
+        self.stored.discard([(SCOPE_SESSION, t) for t in trace_ids])
 
     def _maybe_checkpoint(self, now_us: int, force: bool = False) -> None:
         if not force and now_us - self.last_checkpoint_us < self.config.detector.checkpoint_seconds * 1e6:

@@ -1,4 +1,9 @@
-"""The embedded OTLP/HTTP trace receiver: ``POST /v1/traces`` (default port 4318).
+"""The embedded OTLP/HTTP receiver: ``POST /v1/traces`` and ``POST /v1/logs`` (default port 4318).
+
+``/v1/logs`` follows the same rules as ``/v1/traces`` below, into ``otel.otel_logs``; ``/v1/metrics`` is
+answered (metrics are not stored: every point is reported rejected, see :data:`detector.ingest.logs.METRICS_REFUSED`)
+so that SDKs exporting every signal by default do not log export failures. The OTLP/gRPC receiver
+(:mod:`detector.ingest.grpc_receiver`) commits through this app's committers.
 
 Per the OTLP/HTTP specification:
 
@@ -40,19 +45,30 @@ import anyio
 import orjson
 import pyarrow as pa
 from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from detector.ingest.logs import (
+    LOGS_TABLE,
+    METRICS_REFUSED,
+    count_metric_points_json,
+    count_metric_points_pb,
+    decode_logs_json,
+    decode_logs_protobuf,
+)
 from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf, gc_paused
 from detector.settings.config import IngestSettings
 from detector.storage.transport import Store
 
 __all__ = [
     "CODE_INVALID_ARGUMENT", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "GroupCommitter", "IngestMetrics",
-    "JSON", "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "inflate_limited",
+    "JSON", "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "decode_logs_body",
+    "inflate_limited",
 ]
 
 log = logging.getLogger("loop_detector.ingest")
@@ -80,6 +96,9 @@ class IngestMetrics:
     spans_accepted: int = 0
     spans_rejected: int = 0
     requests_by_status: Counter[int] = field(default_factory=Counter)
+    grpc_requests_by_code: Counter[str] = field(default_factory=Counter)  # OTLP/gRPC answers by status code
+    logs_accepted: int = 0
+    logs_rejected: int = 0
     inserts: int = 0  # store inserts (one per group commit)
     insert_seconds: float = 0.0  # wall time spent inside the store's insert
 
@@ -131,6 +150,21 @@ def _decode(body: bytes, encoding: str, media: str, settings: IngestSettings) ->
     result = decode_protobuf(body, settings) if media == PROTOBUF else decode_json(body, settings)
     with gc_paused():
         return result, result.spans.to_arrow()
+
+
+def decode_logs_body(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[Any, pa.Table]:
+    """Worker-thread part of a ``/v1/logs`` request (the logs twin of ``_decode``)."""
+    if encoding in COMPRESSED:
+        body = inflate_limited(body, settings.max_body_bytes, encoding)
+    result = decode_logs_protobuf(body, settings) if media == PROTOBUF else decode_logs_json(body, settings)
+    with gc_paused():
+        return result, result.logs.to_arrow()
+
+
+def _count_metrics_body(body: bytes, encoding: str, media: str, settings: IngestSettings) -> int:
+    if encoding in COMPRESSED:
+        body = inflate_limited(body, settings.max_body_bytes, encoding)
+    return count_metric_points_pb(body) if media == PROTOBUF else count_metric_points_json(body)
 
 
 def _safe_error(exc: BaseException) -> str:
@@ -276,10 +310,95 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    # -- /v1/logs and /v1/metrics: the same request rules as /v1/traces ------------------------------------
+    logs_committer = GroupCommitter(store, metrics, table=LOGS_TABLE)
+
+    async def checked_body(request: Request) -> tuple[str, str, bytes] | Response:
+        """Content-Type, Content-Encoding and size checked, as for traces: (media, encoding, body) or the 4xx."""
+        raw_type = request.headers.get("content-type")
+        media = _media_type(raw_type)
+        if media not in (PROTOBUF, JSON):
+            return status_reply(415, JSON, CODE_INVALID_ARGUMENT,
+                                f"unsupported Content-Type {raw_type!r}: send {PROTOBUF} or {JSON}")
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in COMPRESSED and encoding not in ("identity", ""):
+            return status_reply(415, media, CODE_INVALID_ARGUMENT,
+                                f"unsupported Content-Encoding {encoding!r}: send gzip, deflate or identity")
+        declared = request.headers.get("content-length", "")
+        too_large = f"request body exceeds max_body_bytes ({limit} bytes)"
+        if declared.isdigit() and int(declared) > limit:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        try:
+            body = await read_body(request)
+        except ClientDisconnect:
+            metrics.requests_by_status[499] += 1
+            return Response(status_code=400)
+        if body is None:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        return media, encoding, body
+
+    def partial_reply(media: str, response: Any, rejected_field: str, rejected: int, message: str) -> Response:
+        metrics.requests_by_status[200] += 1
+        if media == PROTOBUF:
+            if rejected:
+                setattr(response.partial_success, rejected_field, rejected)
+                response.partial_success.error_message = message
+            return Response(response.SerializeToString(), 200, media_type=PROTOBUF)
+        camel = "".join(w if i == 0 else w.title() for i, w in enumerate(rejected_field.split("_")))
+        document = {"partialSuccess": {camel: str(rejected), "errorMessage": message}} if rejected else {}
+        return Response(orjson.dumps(document), 200, media_type=JSON)
+
+    async def export_logs(request: Request) -> Response:
+        checked = await checked_body(request)
+        if isinstance(checked, Response):
+            return checked
+        media, encoding, body = checked
+        try:
+            result, rows = await anyio.to_thread.run_sync(
+                decode_logs_body, body, encoding, media, settings, limiter=decoders)
+        except _TooLarge as exc:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
+        except (_BadBody, OTLPDecodeError) as exc:
+            log.info("OTLP logs request rejected: %s", exc)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        if result.accepted:
+            try:
+                await logs_committer.commit(rows)
+            except Exception as exc:
+                reason = _safe_error(exc)
+                log.error("OTLP logs insert failed: %s; %d records not acknowledged (client will retry)",
+                          reason, result.accepted)
+                return status_reply(503, media, CODE_UNAVAILABLE, f"store unavailable: insert failed: {reason}",
+                                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        metrics.logs_accepted += result.accepted
+        metrics.logs_rejected += result.rejected
+        return partial_reply(media, ExportLogsServiceResponse(), "rejected_log_records", result.rejected,
+                             result.error_message)
+
+    async def export_metrics(request: Request) -> Response:
+        """Metrics are not stored: a valid request is answered with every point rejected (partial success, not
+        retryable), so SDKs that export all signals by default neither fail nor retry."""
+        checked = await checked_body(request)
+        if isinstance(checked, Response):
+            return checked
+        media, encoding, body = checked
+        try:
+            points = await anyio.to_thread.run_sync(_count_metrics_body, body, encoding, media, settings,
+                                                    limiter=decoders)
+        except _TooLarge as exc:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
+        except (_BadBody, OTLPDecodeError) as exc:
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        return partial_reply(media, ExportMetricsServiceResponse(), "rejected_data_points", points,
+                             METRICS_REFUSED if points else "")
+
     app = Starlette(routes=[
         Route("/v1/traces", export_traces, methods=["POST"]),
+        Route("/v1/logs", export_logs, methods=["POST"]),
+        Route("/v1/metrics", export_metrics, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
     ])
     app.state.ingest_metrics = metrics
     app.state.committer = committer
+    app.state.logs_committer = logs_committer  # the OTLP/gRPC receiver commits through the same committers
     return app

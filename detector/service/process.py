@@ -33,6 +33,7 @@ from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
+from detector.ingest.grpc_receiver import OTLPGrpcReceiver
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
@@ -60,6 +61,7 @@ CLICKHOUSE_PASSWORD_FILE = "clickhouse-password"
 class Endpoints:
     otlp: str
     api: str
+    otlp_grpc: str = ""  # host:port of the OTLP/gRPC receiver ('' when it is off)
     clickhouse: str | None = None  # the ClickHouse-compatible HTTP endpoint, when configured
 
 
@@ -129,6 +131,9 @@ class Service:
         self.webhooks: WebhookDispatcher | None = None
         self._start_webhooks(config)
         self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
+        # the OTLP/gRPC receiver commits through the HTTP receiver's committers (one group commit for both)
+        self.grpc_receiver = OTLPGrpcReceiver(self.otlp_app.state.committer, self.otlp_app.state.logs_committer,
+                                              config.ingest, self.ingest_metrics)
         self.api_app = create_api(self)
         self.clickhouse_app = None  # the ClickHouse-compatible HTTP endpoint, when clickhouse_http.port is set
         if config.clickhouse_http.port is not None:
@@ -232,7 +237,11 @@ class Service:
 
     # -- running ----------------------------------------------------------------------------------
     async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True,
-                    clickhouse_port: int | None = None) -> None:
+                    otlp_grpc_port: int | None = None, clickhouse_port: int | None = None) -> None:
+        """Run until stopped. ``otlp_grpc_port`` None: no OTLP/gRPC receiver; 0: a free port. ``clickhouse_port``:
+        the ClickHouse-compatible endpoint's port when it is configured (None: the configured one)."""
+        if otlp_grpc_port is not None:
+            await self.grpc_receiver.start(host, otlp_grpc_port)
         servers = [
             uvicorn.Server(uvicorn.Config(self.otlp_app, host=host, port=otlp_port, log_level="warning",
                                           access_log=False, lifespan="off")),
@@ -252,6 +261,7 @@ class Service:
         try:
             await asyncio.gather(*(s.serve() for s in servers))
         finally:
+            await self.grpc_receiver.stop()
             self.stop_scheduler()
 
     def request_stop(self) -> None:
@@ -283,22 +293,25 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextmanager
 def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: str = "127.0.0.1",
-                    config_path: str | None = None) -> Iterator[tuple[Service, Endpoints]]:
-    """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks)."""
+                    config_path: str | None = None, otlp_grpc_port: int = 0) -> Iterator[tuple[Service, Endpoints]]:
+    """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks); the OTLP/gRPC
+    receiver on ``otlp_grpc_port`` (0: a free one)."""
     service = Service(config, data_dir, config_path=config_path)
     otlp_port, api_port = free_port(host), free_port(host)
     clickhouse_port = free_port(host) if service.clickhouse_app is not None else None
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
         target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False,
+                                                             otlp_grpc_port=otlp_grpc_port,
                                                              clickhouse_port=clickhouse_port)),
         daemon=True,
     )
     thread.start()
+    _wait_ready(f"http://{host}:{api_port}/healthz")
+    _wait_ready(f"http://{host}:{otlp_port}/healthz")
     endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}",
+                          otlp_grpc=f"{host}:{service.grpc_receiver.port}",
                           clickhouse=f"http://{host}:{clickhouse_port}" if clickhouse_port else None)
-    _wait_ready(endpoints.api + "/healthz")
-    _wait_ready(endpoints.otlp + "/healthz")
     if endpoints.clickhouse:
         _wait_ready(endpoints.clickhouse + "/ping")
     try:

@@ -25,6 +25,7 @@ DEFAULT_CLUSTER = "loop_cluster"
 SHARDING_KEYS = {
     "otel_traces": "cityHash64(TraceId)",
     "otel_traces_trace_id_ts": "cityHash64(TraceId)",
+    "otel_logs": "cityHash64(TraceId)",  # a span's logs on its span's shard
     "genai_calls": "cityHash64(trace_id)",
     "loop_meta": "cityHash64(key)",
     "loop_webhook_outbox": "cityHash64(event_id)",
