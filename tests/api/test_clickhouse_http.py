@@ -154,18 +154,24 @@ def test_response_compression_when_asked(base, client, coding):
 
     import lz4.frame
 
-    r = httpx.post(f"{base}/?enable_http_compression=1", content=b"SELECT number FROM numbers(1000)",
-                   auth=("default", PASSWORD), headers={"Accept-Encoding": coding})
-    assert r.headers["content-encoding"] == coding
-    raw = r.read() if coding in ("gzip", "deflate") else r.content
+    # the bytes as sent (httpx itself decodes some encodings, zstd among them when `zstandard` is installed)
+    with httpx.stream("POST", f"{base}/?enable_http_compression=1", content=b"SELECT number FROM numbers(1000)",
+                      auth=("default", PASSWORD), headers={"Accept-Encoding": coding}) as r:
+        assert r.headers["content-encoding"] == coding
+        raw = b"".join(r.iter_raw())
     if coding == "zstd":
         from backports import zstd  # what clickhouse-connect uses on Python < 3.14
 
         raw = zstd.decompress(raw)
     elif coding == "lz4":
         raw = lz4.frame.decompress(raw)
-    elif coding == "deflate" and not raw.startswith(b"0\n"):
-        raw = zlib.decompress(raw)
+    elif coding == "gzip":
+        raw = zlib.decompress(raw, 16 + zlib.MAX_WBITS)
+    else:  # deflate: zlib-wrapped, as HTTP's deflate is meant (raw deflate accepted too)
+        try:
+            raw = zlib.decompress(raw)
+        except zlib.error:
+            raw = zlib.decompress(raw, -zlib.MAX_WBITS)
     assert raw.decode().split("\n")[:3] == ["0", "1", "2"]
 
 
