@@ -12,14 +12,13 @@ Per the OTLP/HTTP specification:
 - ``413`` when the body, compressed or decompressed, exceeds ``max_body_bytes`` (decompression stops
   at the limit, so a gzip bomb costs at most that much memory);
 - ``503`` with ``Retry-After`` when the store fails: retryable, nothing of the request is
-  acknowledged.
+  acknowledged. Never for the request's data: spans the store refuses are rejected one by one.
 
 ``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
 materialized view into ``otel.genai_calls`` included). Decoding (into an Arrow table of the rows)
-runs in a worker thread and inserts in another, so the event loop only moves bytes. Requests that
-arrive while an insert is running are committed together in the next insert (group commit): one
-larger insert is cheaper per row than several small ones (the materialized view has a fixed cost per
-insert), and every request still waits for the insert that holds its own rows.
+runs in a worker thread; committing (group commit, isolation between senders, all or nothing,
+idempotent retries) is :mod:`detector.ingest.commit`'s, so that every receiver shares one commit path.
+This module only moves bytes and maps outcomes to HTTP.
 
 Attribute values are never logged (they may hold prompts): log lines carry counts, positions,
 reasons and error codes only.
@@ -27,18 +26,12 @@ reasons and error codes only.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import re
-import time
 import zlib
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import orjson
-import pyarrow as pa
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
@@ -46,13 +39,22 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf, gc_paused
+from detector.ingest.commit import (
+    MAX_GROUP_BYTES,
+    CommitOutcome,
+    Committer,
+    DecodedRequest,
+    IngestMetrics,
+    request_digest,
+)
+from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf, gc_paused
 from detector.settings.config import IngestSettings
+from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 
 __all__ = [
-    "CODE_INVALID_ARGUMENT", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "GroupCommitter", "IngestMetrics",
-    "JSON", "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "inflate_limited",
+    "CODE_INVALID_ARGUMENT", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "IngestMetrics", "JSON",
+    "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "decode_request", "inflate_limited",
 ]
 
 log = logging.getLogger("loop_detector.ingest")
@@ -66,22 +68,9 @@ CODE_INVALID_ARGUMENT = 3
 CODE_UNAVAILABLE = 14
 
 RETRY_AFTER_SECONDS = 5
-# One group commit stops adding requests once its Arrow tables reach this size.
-MAX_GROUP_BYTES = 128 * 1024 * 1024
 # Requests decoded at once. Decoding holds the GIL, so more threads would not decode faster; one
 # thread finishes the first request of a burst soonest, so the first insert starts soonest.
 DECODE_THREADS = 1
-
-
-@dataclass
-class IngestMetrics:
-    """Counters the receiver updates (read by ``/metrics`` and tests)."""
-
-    spans_accepted: int = 0
-    spans_rejected: int = 0
-    requests_by_status: Counter[int] = field(default_factory=Counter)
-    inserts: int = 0  # store inserts (one per group commit)
-    insert_seconds: float = 0.0  # wall time spent inside the store's insert
 
 
 class _TooLarge(Exception):
@@ -124,76 +113,23 @@ def _media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def _decode(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[DecodeResult, pa.Table]:
-    """Worker-thread part of a request: decompress, decode, build the Arrow table for the insert."""
+def decode_request(body: bytes, encoding: str, media: str, settings: IngestSettings) -> DecodedRequest:
+    """Worker-thread part of a request: decompress, decode, build the Arrow table of the rows; the digest
+    (the retry identity) is of the decompressed body."""
     if encoding in COMPRESSED:
         body = inflate_limited(body, settings.max_body_bytes, encoding)
     result = decode_protobuf(body, settings) if media == PROTOBUF else decode_json(body, settings)
     with gc_paused():
-        return result, result.spans.to_arrow()
+        rows = result.spans.to_arrow()
+    return DecodedRequest(rows, result.rejected, result.error_message, request_digest(media, body))
 
 
-def _safe_error(exc: BaseException) -> str:
-    """An exception as type and ClickHouse error code only: messages may quote row data."""
-    match = re.search(r"Code: (\d+)", str(exc))
-    return f"{type(exc).__name__}{f' (ClickHouse code {match.group(1)})' if match else ''}"
-
-
-class GroupCommitter:
-    """Commits Arrow tables of rows to the store one insert at a time, merging the tables of the
-    requests that queued up while the previous insert ran."""
-
-    def __init__(self, store: Store, metrics: IngestMetrics, table: str = TRACES_TABLE,
-                 max_group_bytes: int = MAX_GROUP_BYTES) -> None:
-        self.store = store
-        self.metrics = metrics
-        self.table = table
-        self.max_group_bytes = max_group_bytes
-        self._pending: list[tuple[pa.Table, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def commit(self, rows: pa.Table) -> None:
-        """Return once ``rows`` are committed; raise what the store raised otherwise."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((rows, future))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
-        await asyncio.shield(future)
-
-    async def _drain(self) -> None:
-        while self._pending:
-            group: list[tuple[pa.Table, asyncio.Future[None]]] = []
-            size = 0
-            while self._pending and (not group or size + self._pending[0][0].nbytes <= self.max_group_bytes):
-                rows, future = self._pending.pop(0)
-                group.append((rows, future))
-                size += rows.nbytes
-            try:
-                await anyio.to_thread.run_sync(self._insert, [p for p, _ in group])
-            except BaseException as exc:  # every request of the group gets the store's failure
-                for _, future in group:
-                    if not future.done():
-                        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("insert cancelled"))
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                self.metrics.inserts += 1
-                for _, future in group:
-                    if not future.done():
-                        future.set_result(None)
-
-    def _insert(self, tables: list[pa.Table]) -> None:
-        started = time.perf_counter()
-        try:
-            self.store.insert_arrow(self.table, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
-        finally:
-            self.metrics.insert_seconds += time.perf_counter() - started
-
-
-def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None) -> Starlette:
-    """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``."""
-    metrics = metrics if metrics is not None else IngestMetrics()
-    committer = GroupCommitter(store, metrics)
+def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None,
+                    committer: Committer | None = None) -> Starlette:
+    """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``. Without a committer, one
+    without a journal (no repair across a restart) is made over ``store``."""
+    metrics = committer.metrics if committer is not None else metrics if metrics is not None else IngestMetrics()
+    committer = committer if committer is not None else Committer(store, metrics)
     decoders = anyio.CapacityLimiter(DECODE_THREADS)
     limit = settings.max_body_bytes
 
@@ -206,7 +142,7 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             media, body = JSON, orjson.dumps({"code": code, "message": message})
         return Response(body, http_status, headers=headers, media_type=media)
 
-    def export_reply(media: str, result: DecodeResult) -> Response:
+    def export_reply(media: str, result: CommitOutcome) -> Response:
         metrics.requests_by_status[200] += 1
         if media == PROTOBUF:
             response = ExportTraceServiceResponse()
@@ -250,28 +186,30 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         if body is None:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
         try:
-            result, rows = await anyio.to_thread.run_sync(
-                _decode, body, encoding, media, settings, limiter=decoders)
+            decoded = await anyio.to_thread.run_sync(decode_request, body, encoding, media, settings,
+                                                     limiter=decoders)
         except _TooLarge as exc:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
         except (_BadBody, OTLPDecodeError) as exc:
             log.info("OTLP request rejected: %s", exc)
             return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # a body no decoder rule foresaw: still the sender's, never a 500
+            log.warning("OTLP request rejected: undecodable body (%s)", type(exc).__name__)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT,
+                                f"body could not be decoded ({type(exc).__name__})")
         del body
-        if result.accepted:
-            try:
-                await committer.commit(rows)
-            except Exception as exc:
-                reason = _safe_error(exc)
-                log.error("OTLP insert failed: %s; %d spans not acknowledged (client will retry)",
-                          reason, result.accepted)
-                return status_reply(503, media, CODE_UNAVAILABLE, f"store unavailable: insert failed: {reason}",
-                                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-        metrics.spans_accepted += result.accepted
-        metrics.spans_rejected += result.rejected
-        if result.rejected:
-            log.warning("OTLP partial success: %s", result.error_message)
-        return export_reply(media, result)
+        outcome = await committer.commit(decoded)
+        if outcome.status == COMMIT_RETRYABLE:
+            log.error("OTLP request not acknowledged: %s; %d spans (client will retry)", outcome.retry_reason,
+                      decoded.accepted)
+            return status_reply(503, media, CODE_UNAVAILABLE, outcome.retry_reason or "store unavailable",
+                                headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if not outcome.duplicate:
+            metrics.spans_accepted += outcome.accepted
+            metrics.spans_rejected += outcome.rejected
+        if outcome.rejected:
+            log.warning("OTLP partial success: %s", outcome.error_message)
+        return export_reply(media, outcome)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

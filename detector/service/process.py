@@ -32,6 +32,7 @@ from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
+from detector.ingest.commit import Committer
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
@@ -42,7 +43,7 @@ from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
 
 __all__ = [
-    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "Endpoints", "Service", "free_port", "resolve_admin_token",
+    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "Endpoints", "INGEST_JOURNAL_DIR", "Service", "free_port", "resolve_admin_token",
     "running_service",
 ]
 
@@ -50,6 +51,7 @@ log = logging.getLogger("loop_detector")
 
 ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"
+INGEST_JOURNAL_DIR = "ingest-journal"  # batches being committed, and the committed requests (idempotent retries)
 
 
 @dataclass(slots=True)
@@ -102,6 +104,9 @@ class Service:
                                  lambda: self.config.rules)
         self.admin_token = resolve_admin_token(config, self.data_dir)
         self.ingest_metrics = IngestMetrics()
+        # before the receiver serves: batches a killed process left half stored are completed (or refused) first
+        self.committer = Committer(self.store, self.ingest_metrics, self.data_dir / INGEST_JOURNAL_DIR)
+        self.committer.recover()
         self.started_at = time.time()
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
                                                   self.ingest_metrics.spans_rejected))
@@ -109,7 +114,7 @@ class Service:
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
         if self.webhooks is not None:
             self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
-        self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
+        self.otlp_app = create_otlp_app(self.store, config.ingest, committer=self.committer)
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
         self._reload_lock = threading.Lock()
