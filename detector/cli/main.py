@@ -27,12 +27,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.shard:
         config.detector.shard = args.shard
     service = Service(config, args.data_dir, config_path=args.config)
-    print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
-          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}; "
-          f"detection core: {native.status()}", file=sys.stderr)
     try:
-        asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
-    except KeyboardInterrupt:
+        endpoints = service.bind(args.host, args.otlp_port, args.api_port)
+        print(f"loop-detector: OTLP/HTTP on {endpoints.otlp}/v1/traces, "
+              f"API on {endpoints.api} (docs at /docs), data in {args.data_dir}; "
+              f"detection core: {native.status()}", file=sys.stderr, flush=True)
+        # SIGTERM and SIGINT stop it gracefully (Service.serve); close() then runs the last cycle and checkpoint
+        asyncio.run(service.serve())
+    except KeyboardInterrupt:  # a SIGINT before the handlers were installed
         pass
     finally:
         service.close()
@@ -89,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the OTLP receiver, the detector and the API in one process")
     serve.add_argument("--config", help="YAML config file (defaults apply without one)")
     serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded store directory (default %(default)s)")
-    serve.add_argument("--otlp-port", type=int, default=4318)
-    serve.add_argument("--api-port", type=int, default=8080)
+    serve.add_argument("--otlp-port", type=int, default=4318, help="0: a free port (the startup line says which)")
+    serve.add_argument("--api-port", type=int, default=8080, help="0: a free port (the startup line says which)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
     serve.add_argument("--log-level", default="INFO")

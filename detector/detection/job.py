@@ -8,6 +8,12 @@ Each cycle:
 2. the engine scores them call by call in span-time order;
 3. scores, events, state, decisions and the new watermark are written back, and the in-memory
    :class:`~detector.core.decisions.DecisionBook` the API reads is updated.
+
+A cycle's writes are idempotent across a crash: before writing it records the range it read (``writing``,
+watermark and cutoff) and writes its scores and events with an ``insert_deduplication_token`` naming that range.
+Killed before its new watermark was written, the cycle is run again after the restart over the very same range
+(the engine, replayed to the old watermark, scores the same calls the same way) with the same tokens, and what it
+had already written is stored once (``clickhouse/004_detector_dedup.sql``): no score or event twice, none lost.
 """
 
 from __future__ import annotations
@@ -155,6 +161,7 @@ class DetectorJob:
         self.last_stats = CycleStats()
         self.cycles = 0
         self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.detection.gc_policy)
+        self.rerun_cutoff_us = 0  # a cycle killed while writing: run again over (watermark, this] after a restart
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -192,7 +199,13 @@ class DetectorJob:
         index, count = self.shard
         self.stored.load(self.store.rows(SELECT_STORED_SCOPES, {"shards": count, "shard": index}))
         self.stored.discard(list(self.engine.states))
+        rows = self.store.rows(SELECT_META, {"key": self._meta_key("writing")})
+        if rows:
+            start, _, end = str(rows[0]["value"]).partition(":")
+            if int(start) == self.processed_us and int(end or 0) > self.processed_us:
+                self.rerun_cutoff_us = int(end)
         log.info("detector resumed", extra={"checkpoint_us": self.checkpoint_us, "processed_us": self.processed_us,
+                                            "rerun_cutoff_us": self.rerun_cutoff_us,
                                             "decisions": len(decisions), "stored_scopes": len(self.stored)})
 
     # -- one cycle ------------------------------------------------------------------------------
@@ -200,6 +213,9 @@ class DetectorJob:
         with self.lock, self.collector.cycle():
             if self.processed_us > self.watermark_us:
                 self._cycle(self.processed_us, replay=True)
+            if self.rerun_cutoff_us:  # the cycle a crash interrupted, over the same range, with the same tokens
+                cutoff, self.rerun_cutoff_us = self.rerun_cutoff_us, 0
+                self._cycle(cutoff, replay=False)
             return self._cycle(None, replay=False)
 
     def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
@@ -219,11 +235,20 @@ class DetectorJob:
         scored = time.perf_counter()
         self._remember_unsaved(out.dirty)
         if not replay:
-            out.events.extend(self.engine.budgets.drain_events())  # exhaustions the API announced
+            token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
+            insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
+                                                        "value": f"{self.watermark_us}:{cutoff}",
+                                                        "version": self.version()}])
             if len(out.scores):
-                self.store.insert_arrow("otel.loop_scores", score_table(out.scores))
+                self.store.insert_arrow("otel.loop_scores", score_table(out.scores),
+                                        {"insert_deduplication_token": "scores:" + token})
             if out.events:
-                self.store.insert_arrow("otel.loop_events", event_table(out.events))
+                self.store.insert_arrow("otel.loop_events", event_table(out.events),
+                                        {"insert_deduplication_token": "events:" + token})
+            announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
+            if announced:
+                self.store.insert_arrow("otel.loop_events", event_table(announced))
+                out.events.extend(announced)
         version = self.version()
         if out.decisions:
             self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))

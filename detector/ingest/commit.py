@@ -65,7 +65,7 @@ from detector.storage.transport import Store, StoreError
 __all__ = [
     "COMMITTED_LOG", "CommitOutcome", "Committer", "DATA_ERROR_CODES", "DecodedRequest", "IngestMetrics",
     "MAX_GROUP_BYTES", "MAX_PROBES", "REMEMBERED_REQUESTS", "REMEMBER_SECONDS", "RecoveryReport", "TRACES_TABLE",
-    "error_code", "request_digest", "safe_error",
+    "JOURNAL_SUFFIX", "error_code", "read_journal", "request_digest", "safe_error", "write_journal",
 ]
 
 log = logging.getLogger("loop_detector.ingest")
@@ -344,6 +344,8 @@ class Committer:
         self._pending: list[_Pending] = []  # journaled batches not resolved yet (the store failed again)
         self._views: list[_View] | None = None
         self._sequence = 0
+        self._busy = threading.Lock()  # held by the worker while it uses the store
+        self._closed = False
 
     # -- the interface ---------------------------------------------------------------------------------------
     def known(self, digest: bytes) -> CommitOutcome | None:
@@ -390,7 +392,7 @@ class Committer:
             stray.unlink(missing_ok=True)
         for path in sorted(self.journal_dir.glob("*" + JOURNAL_SUFFIX)):
             try:
-                requests = _read_journal(path)
+                requests = read_journal(path)
             except (OSError, pa.ArrowInvalid, ValueError, KeyError):  # torn before the rename: never inserted
                 log.warning("ingest journal %s unreadable; removed (its insert never started)", path.name)
                 path.unlink(missing_ok=True)
@@ -436,8 +438,24 @@ class Committer:
                 if not future.done():
                     future.set_result(outcome)
 
+    def close(self, timeout: float = 60.0) -> None:
+        """Wait for the group being committed (so that the store can be closed under nobody); later groups are
+        answered retryable. What is still pending stays journaled for the next start."""
+        self._closed = True
+        if self._busy.acquire(timeout=timeout):
+            self._busy.release()
+        else:
+            log.error("ingest commit still running after %.0f s at shutdown; its journal is repaired at next start",
+                      timeout)
+
     def _commit_group(self, requests: list[DecodedRequest]) -> list[CommitOutcome]:
         """Worker thread: one group's insert, or its resolution request by request."""
+        with self._busy:
+            if self._closed:
+                return [CommitOutcome(COMMIT_RETRYABLE, retry_reason="shutting down")] * len(requests)
+            return self._commit_group_locked(requests)
+
+    def _commit_group_locked(self, requests: list[DecodedRequest]) -> list[CommitOutcome]:
         if self._pending:
             self._retry_pending()
             if self._pending:  # the store still fails: do not pile more batches onto it
@@ -496,17 +514,8 @@ class Committer:
         if self.journal_dir is None:
             return None
         self._sequence += 1
-        path = self.journal_dir / f"{time.time_ns():020d}-{self._sequence:06d}{JOURNAL_SUFFIX}"
-        tmp = path.with_suffix(".tmp")
-        meta = [{"digest": r.digest.hex(), "rows": r.accepted, "rejected": r.rejected, "message": r.error_message}
-                for r in requests]
-        schema = requests[0].rows.schema.with_metadata({b"loop_detector.requests": orjson.dumps(meta)})
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for r in requests:
-                if r.accepted:
-                    writer.write_table(r.rows.cast(schema) if r.rows.schema != schema else r.rows)
-        os.replace(tmp, path)
-        return path
+        return write_journal(self.journal_dir / f"{time.time_ns():020d}-{self._sequence:06d}{JOURNAL_SUFFIX}",
+                             requests)
 
     # -- resolution ---------------------------------------------------------------------------------------------
     def _retry_pending(self) -> None:
@@ -690,7 +699,23 @@ def _merge_messages(request: DecodedRequest, rows: pa.Table, refused: dict[int, 
     return f"{request.error_message}; {store_part}" if request.error_message else store_part
 
 
-def _read_journal(path: Path) -> list[DecodedRequest]:
+def write_journal(path: Path, requests: Sequence[DecodedRequest]) -> Path:
+    """Journal a batch (before its insert): its rows as Arrow IPC, each request's digest, row count and decoder
+    result in the schema's metadata. Written to a temporary name and renamed: a journal file is whole or absent."""
+    tmp = path.with_suffix(".tmp")
+    meta = [{"digest": r.digest.hex(), "rows": r.accepted, "rejected": r.rejected, "message": r.error_message}
+            for r in requests]
+    schema = requests[0].rows.schema.with_metadata({b"loop_detector.requests": orjson.dumps(meta)})
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        for r in requests:
+            if r.accepted:
+                writer.write_table(r.rows)
+    os.replace(tmp, path)
+    return path
+
+
+def read_journal(path: Path) -> list[DecodedRequest]:
+    """The requests of a journal file (:func:`write_journal`)."""
     with pa.OSFile(str(path), "rb") as source:
         table = pa.ipc.open_file(source).read_all()
     meta: list[dict[str, Any]] = orjson.loads(table.schema.metadata[b"loop_detector.requests"])

@@ -21,7 +21,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from detector.api.app import create_api
@@ -34,6 +33,7 @@ from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
 from detector.ingest.commit import Committer
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
+from detector.service.http_server import Server, bind, make_server
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
 from detector.service.webhooks import WebhookDispatcher
@@ -51,6 +51,7 @@ log = logging.getLogger("loop_detector")
 
 ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"
+WEBHOOK_FLUSH_SECONDS = 5.0  # at shutdown, queued webhook deliveries get this long
 INGEST_JOURNAL_DIR = "ingest-journal"  # batches being committed, and the committed requests (idempotent retries)
 
 
@@ -118,6 +119,12 @@ class Service:
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
         self._reload_lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._servers: list[Server] = []
+        self._stopping = False
+        self._closed = False
+        self.host = ""
+        self.endpoints: Endpoints | None = None
 
     # -- what the API's routes ask (detector.api.ports.ServicePort) ------------------------------------------
     def pending_windows(self) -> int:
@@ -193,37 +200,79 @@ class Service:
         self.job.update_budgets(config)
 
     # -- running ----------------------------------------------------------------------------------
-    async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True) -> None:
-        servers = [
-            uvicorn.Server(uvicorn.Config(self.otlp_app, host=host, port=otlp_port, log_level="warning",
-                                          access_log=False, lifespan="off")),
-            uvicorn.Server(uvicorn.Config(self.api_app, host=host, port=api_port, log_level="warning",
-                                          access_log=False, lifespan="off")),
-        ]
+    def bind(self, host: str, otlp_port: int, api_port: int) -> Endpoints:
+        """Open both listening sockets (port 0: a free one); the endpoints say which ports they got."""
+        self._sockets = [bind(host, otlp_port), bind(host, api_port)]
+        self.host = host
+        otlp, api = (sock.getsockname()[1] for sock in self._sockets)
+        shown = f"[{host}]" if ":" in host else host
+        self.endpoints = Endpoints(otlp=f"http://{shown}:{otlp}", api=f"http://{shown}:{api}")
+        return self.endpoints
+
+    async def serve(self, host: str = "127.0.0.1", otlp_port: int = 4318, api_port: int = 8080,
+                    install_signals: bool = True) -> None:
+        """Serve until :meth:`request_stop` (or SIGTERM / SIGINT with ``install_signals``: a first signal stops
+        gracefully, a second one at once). The caller then calls :meth:`close`."""
+        if not self._sockets:
+            self.bind(host, otlp_port, api_port)
+        servers = [make_server(self.otlp_app, self.config.http), make_server(self.api_app, self.config.http)]
         self._servers = servers
+        loop = asyncio.get_running_loop()
+        handled: list[int] = []
         if install_signals:
-            loop = asyncio.get_running_loop()
             with _suppress():
                 loop.add_signal_handler(signal.SIGHUP, lambda: threading.Thread(target=self.reload).start())
+                handled.append(signal.SIGHUP)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with _suppress():
+                    loop.add_signal_handler(sig, self._on_stop_signal, sig)
+                    handled.append(sig)
         self.start_scheduler()
         try:
-            await asyncio.gather(*(s.serve() for s in servers))
+            await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, self._sockets,
+                                                                                          strict=True)))
         finally:
+            for sig in handled:
+                with _suppress():
+                    loop.remove_signal_handler(sig)
             self.stop_scheduler()
 
+    def _on_stop_signal(self, sig: int) -> None:
+        if self._stopping:  # a second signal: do not wait for the requests in flight
+            log.warning("second %s: stopping now", signal.Signals(sig).name)
+            for server in self._servers:
+                server.force_exit = True
+            return
+        self._stopping = True
+        log.info("%s received: stopping (requests in flight finish, then a final cycle and checkpoint)",
+                 signal.Signals(sig).name)
+        self.request_stop()
+
     def request_stop(self) -> None:
-        for s in getattr(self, "_servers", []):
+        for s in self._servers:
             s.should_exit = True
 
     def close(self) -> None:
+        """Stop everything in order: no more cycles, the insert in progress finished, a final detection cycle (the
+        spans acknowledged are scored), a final checkpoint, webhooks flushed (bounded), the store closed."""
+        if self._closed:
+            return
+        self._closed = True
         self.stop_scheduler()
+        self.committer.close()
+        try:
+            self.job.run_cycle()
+        except Exception:
+            log.exception("final detection cycle failed; the next start reads from the last watermark")
         try:
             self.job.checkpoint()
         except Exception:
             log.exception("final checkpoint failed; the next start replays from the previous one")
         if self.webhooks is not None:
+            self.webhooks.flush(timeout=WEBHOOK_FLUSH_SECONDS)
             self.webhooks.close()
         self.store.close()
+        log.info("stopped", extra={"watermark_us": self.job.watermark_us, "checkpoint_us": self.job.checkpoint_us})
 
 
 @contextmanager
@@ -243,14 +292,13 @@ def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: s
                     config_path: str | None = None) -> Iterator[tuple[Service, Endpoints]]:
     """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks)."""
     service = Service(config, data_dir, config_path=config_path)
-    otlp_port, api_port = free_port(host), free_port(host)
+    endpoints = service.bind(host, 0, 0)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
-        target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False)),
+        target=lambda: loop.run_until_complete(service.serve(install_signals=False)),
         daemon=True,
     )
     thread.start()
-    endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}")
     _wait_ready(endpoints.api + "/healthz")
     _wait_ready(endpoints.otlp + "/healthz")
     try:

@@ -37,7 +37,7 @@ from detector.settings.vocabulary import (
 )
 
 __all__ = [
-    "ApiSettings", "AppConfig", "Budget", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "IngestSettings",
+    "ApiSettings", "AppConfig", "Budget", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "HttpSettings", "IngestSettings",
     "KeyOverride", "LoopDetectionConfig", "Price", "Rule", "StoreSettings", "Thresholds", "WEIGHT_TOLERANCE",
     "Webhook", "Weights", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
 ]
@@ -188,6 +188,18 @@ class IngestSettings(_Strict):
     max_age_days: int = Field(30, ge=1)
 
 
+class HttpSettings(_Strict):
+    """Connection limits of both listeners (the OTLP receiver and the API): a slow or silent client is cut off."""
+
+    header_timeout_seconds: float = Field(10.0, gt=0, le=3600,
+                                          description="a request's header must be complete this long after it began")
+    body_timeout_seconds: float = Field(60.0, gt=0, le=3600,
+                                        description="a request's body must be complete this long after its header")
+    keep_alive_seconds: int = Field(5, ge=1, le=3600, description="an idle keep-alive connection is closed after this")
+    graceful_shutdown_seconds: int = Field(10, ge=1, le=600,
+                                           description="on SIGTERM / SIGINT, requests in flight get this long to finish")
+
+
 class StoreSettings(_Strict):
     url: str | None = None
     cluster: str | None = None
@@ -224,6 +236,7 @@ class AppConfig(_Strict):
     prices: dict[str, Price] = Field(default_factory=dict)
     detector: DetectorSettings = Field(default_factory=DetectorSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     webhooks: list[Webhook] = Field(default_factory=list)

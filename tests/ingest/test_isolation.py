@@ -29,7 +29,8 @@ from support.otlp_senders import (
 )
 from support.servers import serve_app
 
-from detector.ingest.receiver import IngestMetrics, create_otlp_app
+from detector.ingest.commit import JOURNAL_SUFFIX, Committer, write_journal
+from detector.ingest.receiver import IngestMetrics, create_otlp_app, decode_request
 from detector.settings.config import IngestSettings
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore
@@ -169,3 +170,36 @@ def test_retry_of_a_committed_request_stores_nothing_twice(receiver):
     assert [first.status_code, again.status_code, gzipped.status_code] == [200, 200, 200]
     assert counts(store, trace_hex(spans)) == (5, 5, 5)
     assert metrics.spans_accepted == 5
+
+
+def test_half_stored_batch_left_by_a_crash_is_completed_at_start(tmp_path):
+    """Issue 16, failure 2: a process killed mid-insert leaves the batch's rows in otel_traces and none in
+    genai_calls (ClickHouse commits the table's part before the view's). The crash state is made with real
+    parts: the batch journaled as the committer journals it before an insert, its rows inserted while the view
+    is detached. The next start completes the batch (each call derived once), and the exporter's retry of the
+    unacknowledged request is acknowledged without storing anything twice."""
+    store = ChdbStore(tmp_path / "store")
+    apply_schema(store)
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    spans = chat_spans(8, new_conversation(), tool_every=3)
+    body = encode(spans)
+    request = decode_request(body, "identity", PROTOBUF, IngestSettings())
+    write_journal(journal / f"{time.time_ns():020d}-000001{JOURNAL_SUFFIX}", [request])
+    store.command("DETACH TABLE otel.genai_calls_mv")
+    store.insert_arrow("otel.otel_traces", request.rows)
+    store.command("ATTACH TABLE otel.genai_calls_mv")
+    assert counts(store, trace_hex(spans)) == (8, 8, 0)  # half stored, as after the kill
+
+    metrics = IngestMetrics()
+    committer = Committer(store, metrics, journal)
+    report = committer.recover()
+    assert (report.batches, report.resolved, report.pending) == (1, 1, 0)
+    assert counts(store, trace_hex(spans)) == (8, 8, 8)
+    assert list(journal.glob("*" + JOURNAL_SUFFIX)) == []
+    with serve_app(create_otlp_app(store, IngestSettings(), committer=committer)) as url, \
+            httpx.Client(base_url=url, timeout=30) as client:
+        assert post_body(client, body).status_code == 200
+    assert counts(store, trace_hex(spans)) == (8, 8, 8)
+    assert metrics.duplicates == 1
+    store.close()
