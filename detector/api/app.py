@@ -15,6 +15,7 @@ costs dictionary lookups, never a query.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Literal
 
 import orjson
@@ -46,6 +47,8 @@ __all__ = [
     "TOOL_ARGUMENTS_MAX", "TRACE_MAX", "WARNING_HEADER", "check_answer", "create_api", "decision_payload",
     "enforcement_answer",
 ]
+
+log = logging.getLogger("loop_detector.api")
 
 ID_MAX = 512
 TRACE_MAX = 64
@@ -200,8 +203,13 @@ def check_answer(service: ServicePort, raw: bytes) -> tuple[int, dict[str, str],
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         return 422, {}, orjson.dumps({"detail": errors})
     pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
-    d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
-                                body.feature or None, pending=pending or None)
+    try:
+        d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
+                                    body.feature or None, pending=pending or None)
+    except Exception as exc:  # fail safe: the pending call could not be judged, every other decision still holds
+        log.error("pending call could not be checked (%s); deciding without it", type(exc).__name__)
+        d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
+                                    body.feature or None)
     return enforcement_answer(d, body.session_id)
 
 
