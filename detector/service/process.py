@@ -9,6 +9,7 @@ reader and writer goes through it. Two uvicorn servers share one event loop: the
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import secrets
@@ -43,7 +44,8 @@ from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
 
 __all__ = [
-    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "Endpoints", "INGEST_JOURNAL_DIR", "Service", "free_port", "resolve_admin_token",
+    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "Endpoints", "INGEST_JOURNAL_DIR",
+    "Service", "api_token_required", "free_port", "is_loopback", "resolve_admin_token", "resolve_api_token",
     "running_service",
 ]
 
@@ -51,6 +53,8 @@ log = logging.getLogger("loop_detector")
 
 ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"
+API_TOKEN_ENV = "LOOP_DETECTOR_API_TOKEN"
+API_TOKEN_FILE = "api-token"
 WEBHOOK_FLUSH_SECONDS = 5.0  # at shutdown, queued webhook deliveries get this long
 INGEST_JOURNAL_DIR = "ingest-journal"  # batches being committed, and the committed requests (idempotent retries)
 
@@ -61,23 +65,49 @@ class Endpoints:
     api: str
 
 
-def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
-    """The admin token: config, else the environment, else a random one created at first start in
-    ``<data-dir>/admin-token`` (mode 0600). Only the file's path is ever logged."""
-    if config.api.admin_token:
-        return config.api.admin_token
-    env = os.environ.get(ADMIN_TOKEN_ENV)
+def _resolve_token(configured: str | None, env_name: str, path: Path, label: str) -> str:
+    """A token: configured, else the environment, else a random one created at first start in ``path`` (mode
+    0600). Only the file's path is ever logged."""
+    if configured:
+        return configured
+    env = os.environ.get(env_name)
     if env:
         return env
-    path = data_dir / ADMIN_TOKEN_FILE
     if path.exists():
         return path.read_text().strip()
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(token + "\n")
-    log.info("created admin token file %s (mode 0600)", path)
+    log.info("created %s token file %s (mode 0600)", label, path)
     return token
+
+
+def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
+    """The admin token: config ``api.admin_token``, else ``$LOOP_DETECTOR_ADMIN_TOKEN``, else
+    ``<data-dir>/admin-token``."""
+    return _resolve_token(config.api.admin_token, ADMIN_TOKEN_ENV, data_dir / ADMIN_TOKEN_FILE, "admin")
+
+
+def resolve_api_token(config: AppConfig, data_dir: Path) -> str:
+    """The agents' token for the enforcement reads (not the admin's): config ``api.api_token``, else
+    ``$LOOP_DETECTOR_API_TOKEN``, else ``<data-dir>/api-token``."""
+    return _resolve_token(config.api.api_token, API_TOKEN_ENV, data_dir / API_TOKEN_FILE, "API")
+
+
+def api_token_required(mode: str, host: str) -> bool:
+    """Whether the enforcement reads need the API token on an API listening on ``host``."""
+    return mode == "always" or (mode == "auto" and not is_loopback(host))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable from this machine only (a name other than localhost is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Service:
@@ -104,6 +134,9 @@ class Service:
         self.enforcer = Enforcer(self.book, self.manual, lambda: self.job.engine.budgets, self.preflight,
                                  lambda: self.config.rules)
         self.admin_token = resolve_admin_token(config, self.data_dir)
+        self.api_token = resolve_api_token(config, self.data_dir)
+        # decided when the API binds (auto: beyond loopback); before that, as "always" would say
+        self.api_token_required = config.api.require_api_token == "always"
         self.ingest_metrics = IngestMetrics()
         # before the receiver serves: batches a killed process left half stored are completed (or refused) first
         self.committer = Committer(self.store, self.ingest_metrics, self.data_dir / INGEST_JOURNAL_DIR)
@@ -204,6 +237,9 @@ class Service:
         """Open both listening sockets (port 0: a free one); the endpoints say which ports they got."""
         self._sockets = [bind(host, otlp_port), bind(host, api_port)]
         self.host = host
+        self.api_token_required = api_token_required(self.config.api.require_api_token, host)
+        if self.api_token_required:
+            log.info("the enforcement reads need the API token (%s/%s)", self.data_dir, API_TOKEN_FILE)
         otlp, api = (sock.getsockname()[1] for sock in self._sockets)
         shown = f"[{host}]" if ":" in host else host
         self.endpoints = Endpoints(otlp=f"http://{shown}:{otlp}", api=f"http://{shown}:{api}")

@@ -207,6 +207,14 @@ class StoreSettings(_Strict):
 
 class ApiSettings(_Strict):
     admin_token: str | None = Field(None, min_length=16)
+    api_token: str | None = Field(
+        None, min_length=16, description="the agents' (non-admin) token for the enforcement reads; else "
+        "$LOOP_DETECTOR_API_TOKEN, else <data-dir>/api-token created at first start")
+    require_api_token: Literal["auto", "always", "never"] = Field(
+        "auto", description="the enforcement reads (/v1/check, /v1/decision, /v1/blocklist, /api/budgets/status, "
+        "/metrics) need the API (or admin) token: auto = whenever the API listens beyond loopback")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
+                                description="a larger request body is refused with 413 before it is parsed")
     block_seconds: int = Field(60, ge=1, le=86400)
 
 

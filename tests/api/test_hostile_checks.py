@@ -68,3 +68,18 @@ def test_any_tool_arguments_never_a_5xx_and_never_unblock(svc, arguments, depth)
         assert r.status_code in (200, 413, 422, 429), (r.status_code, r.text[:300])
         if session == blocked:
             assert r.status_code != 200  # refused, or the body itself refused: never allowed through
+
+
+def test_oversized_admin_body_is_413_before_it_is_parsed(svc):
+    """Request bodies are bounded (api.max_body_bytes, 4 MiB by default), declared or streamed."""
+    service, client, _ = svc
+    headers = {**admin_headers(service), "Content-Type": "application/json"}
+    huge = b'{"rules": [' + b'{"name": "x", "detector": "trace_cap"},' * 200_000 + b"]}"
+    assert client.put("/admin/loop-detection/rules", content=huge, headers=headers).status_code == 413
+
+    def chunks():
+        for i in range(0, len(huge), 64 * 1024):
+            yield huge[i:i + 64 * 1024]
+
+    assert client.put("/admin/loop-detection/rules", content=chunks(), headers=headers).status_code == 413
+    assert client.get("/healthz").status_code == 200
