@@ -25,7 +25,7 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from detector.api.app import create_api
-from detector.api.metrics import Metrics
+from detector.api.metrics import KeyLabels, Metrics
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.enforcement.enforcer import Enforcer
@@ -143,7 +143,8 @@ class Service:
         self.committer.recover()
         self.started_at = time.time()
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
-                                                  self.ingest_metrics.spans_rejected))
+                                                  self.ingest_metrics.spans_rejected),
+                               KeyLabels(lambda: self.config.virtual_keys, lambda: self.config.metrics.max_key_labels))
         self.webhooks = WebhookDispatcher(config.webhooks, config.grafana_url) if config.webhooks else None
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
         if self.webhooks is not None:

@@ -38,7 +38,7 @@ from detector.settings.vocabulary import (
 
 __all__ = [
     "ApiSettings", "AppConfig", "Budget", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "HttpSettings", "IngestSettings",
-    "KeyOverride", "LoopDetectionConfig", "Price", "Rule", "StoreSettings", "Thresholds", "WEIGHT_TOLERANCE",
+    "KeyOverride", "LoopDetectionConfig", "MetricsSettings", "Price", "Rule", "StoreSettings", "Thresholds", "WEIGHT_TOLERANCE",
     "Webhook", "Weights", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
 ]
 
@@ -200,6 +200,14 @@ class HttpSettings(_Strict):
                                            description="on SIGTERM / SIGINT, requests in flight get this long to finish")
 
 
+class MetricsSettings(_Strict):
+    """Prometheus label sets are bounded: a virtual key gets its own ``virtual_key`` label value only when it has an
+    override block under ``virtual_keys:`` or is among the first ``max_key_labels`` keys seen since the start; every
+    other key is counted under ``other``. (Keys arrive in spans: unbounded, and forgeable by whoever can send OTLP.)"""
+
+    max_key_labels: int = Field(0, ge=0, le=10_000)
+
+
 class StoreSettings(_Strict):
     url: str | None = None
     cluster: str | None = None
@@ -245,6 +253,7 @@ class AppConfig(_Strict):
     detector: DetectorSettings = Field(default_factory=DetectorSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     webhooks: list[Webhook] = Field(default_factory=list)
