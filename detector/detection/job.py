@@ -42,7 +42,7 @@ from detector.storage.transport import Store, insert_rows
 __all__ = [
     "CycleStats", "DELETE_ALL_STATES", "DELETE_CHUNK", "DELETE_STORED", "DetectorJob", "RESET_ALL_DECISIONS",
     "SELECT_DECISIONS", "SELECT_META", "SELECT_NEW_CALLS", "SELECT_NOW_US", "SELECT_SESSION_TRACES", "SELECT_STATES",
-    "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
+    "OVER_CAPACITY", "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
 ]
 
 log = logging.getLogger("loop_detector.detector")
@@ -101,6 +101,9 @@ WHERE scope = 'trace' AND session_id IN {ids:Array(String)} AND deleted = 0
 SESSION_EXISTS = """
 SELECT count() AS n FROM otel.loop_state FINAL WHERE scope = 'session' AND scope_id IN {ids:Array(String)} AND deleted = 0
 """
+# Sessions in memory may exceed max_sessions by this factor between eviction runs; a cycle that leaves more evicts
+# at once (the least recently active first), so memory is bounded by the config, not by the rate of new sessions.
+OVER_CAPACITY = 1.1
 UNSAVED_MERGE_AT = 32  # cycles' lists of changed scopes kept apart before they are merged into one
 
 
@@ -216,7 +219,10 @@ class DetectorJob:
             if self.rerun_cutoff_us:  # the cycle a crash interrupted, over the same range, with the same tokens
                 cutoff, self.rerun_cutoff_us = self.rerun_cutoff_us, 0
                 self._cycle(cutoff, replay=False)
-            return self._cycle(None, replay=False)
+            stats = self._cycle(None, replay=False)
+            if self.active_sessions() > self.config.loop_detection.max_sessions * OVER_CAPACITY:
+                self.evict()  # a burst of new sessions: bounded now, not at the next eviction run
+            return stats
 
     def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
         started = time.perf_counter()
