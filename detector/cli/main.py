@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from detector import native
@@ -19,6 +20,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from detector.service.process import Service
 
     configure_logging(args.log_level)
+    # everything serve creates (the store's files, the journal, the token files) is its user's only: 0600 / 0700
+    os.umask(0o077)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -26,7 +29,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if args.shard:
         config.detector.shard = args.shard
-    service = Service(config, args.data_dir, config_path=args.config)
+    try:
+        service = Service(config, args.data_dir, config_path=args.config)
+    except ConfigError as exc:
+        print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
+        return 2
     try:
         endpoints = service.bind(args.host, args.otlp_port, args.api_port)
         print(f"loop-detector: OTLP/HTTP on {endpoints.otlp}/v1/traces, "

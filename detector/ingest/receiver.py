@@ -9,6 +9,9 @@ Per the OTLP/HTTP specification:
   ``partial_success`` (``rejected_spans``, ``error_message``) when some spans were rejected;
 - ``400`` for a body that cannot be decoded (corrupt or truncated gzip, bad protobuf, bad JSON), its
   body a ``google.rpc.Status`` in the request's encoding (JSON when the encoding is unknown);
+- ``401`` (``google.rpc.Status`` code 16, UNAUTHENTICATED) when bearer tokens are configured and the request
+  does not carry ``Authorization: Bearer <one of them>`` (the collector's ``bearertokenauth`` convention; compared
+  in constant time, never echoed);
 - ``413`` when the body, compressed or decompressed, exceeds ``max_body_bytes`` (decompression stops
   at the limit, so a gzip bomb costs at most that much memory);
 - ``503`` with ``Retry-After`` when the store fails: retryable, nothing of the request is
@@ -26,8 +29,10 @@ reasons and error codes only.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -53,7 +58,7 @@ from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 
 __all__ = [
-    "CODE_INVALID_ARGUMENT", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "IngestMetrics", "JSON",
+    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "IngestMetrics", "JSON",
     "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "decode_request", "inflate_limited",
 ]
 
@@ -66,6 +71,7 @@ COMPRESSED = ("gzip", "deflate")
 # google.rpc.Code values carried in the error bodies
 CODE_INVALID_ARGUMENT = 3
 CODE_UNAVAILABLE = 14
+CODE_UNAUTHENTICATED = 16
 
 RETRY_AFTER_SECONDS = 5
 # Requests decoded at once. Decoding holds the GIL, so more threads would not decode faster; one
@@ -125,9 +131,11 @@ def decode_request(body: bytes, encoding: str, media: str, settings: IngestSetti
 
 
 def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None,
-                    committer: Committer | None = None) -> Starlette:
+                    committer: Committer | None = None, bearer_tokens: Sequence[str] = ()) -> Starlette:
     """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``. Without a committer, one
-    without a journal (no repair across a restart) is made over ``store``."""
+    without a journal (no repair across a restart) is made over ``store``. With ``bearer_tokens``, a request must
+    carry ``Authorization: Bearer <one of them>``."""
+    expected = [f"Bearer {token}".encode() for token in bearer_tokens]
     metrics = committer.metrics if committer is not None else metrics if metrics is not None else IngestMetrics()
     committer = committer if committer is not None else Committer(store, metrics)
     decoders = anyio.CapacityLimiter(DECODE_THREADS)
@@ -164,9 +172,21 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def authenticated(request: Request) -> bool:
+        given = request.headers.get("authorization", "").encode("latin-1", "replace")
+        ok = False
+        for value in expected:  # every one compared, in constant time
+            ok |= hmac.compare_digest(given, value)
+        return ok
+
     async def export_traces(request: Request) -> Response:
         raw_type = request.headers.get("content-type")
         media = _media_type(raw_type)
+        if expected and not authenticated(request):
+            message = ("missing authorization header: send Authorization: Bearer <token>"
+                       if "authorization" not in request.headers else "invalid bearer token")
+            return status_reply(401, media if media in (PROTOBUF, JSON) else JSON, CODE_UNAUTHENTICATED, message,
+                                headers={"WWW-Authenticate": "Bearer"})
         if media not in (PROTOBUF, JSON):
             return status_reply(415, JSON, CODE_INVALID_ARGUMENT,
                                 f"unsupported Content-Type {raw_type!r}: send {PROTOBUF} or {JSON}")

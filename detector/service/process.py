@@ -15,12 +15,15 @@ import os
 import secrets
 import signal
 import socket
+import ssl
+import stat
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -44,8 +47,8 @@ from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
 
 __all__ = [
-    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "Endpoints", "INGEST_JOURNAL_DIR",
-    "Service", "api_token_required", "free_port", "is_loopback", "resolve_admin_token", "resolve_api_token",
+    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "Endpoints", "INGEST_JOURNAL_DIR", "OTLP_TOKEN_ENV",
+    "Service", "api_token_required", "free_port", "is_loopback", "otlp_tokens", "private_directory", "resolve_admin_token", "resolve_api_token",
     "running_service",
 ]
 
@@ -55,6 +58,7 @@ ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"
 API_TOKEN_ENV = "LOOP_DETECTOR_API_TOKEN"
 API_TOKEN_FILE = "api-token"
+OTLP_TOKEN_ENV = "LOOP_DETECTOR_OTLP_TOKEN"
 WEBHOOK_FLUSH_SECONDS = 5.0  # at shutdown, queued webhook deliveries get this long
 INGEST_JOURNAL_DIR = "ingest-journal"  # batches being committed, and the committed requests (idempotent retries)
 
@@ -95,6 +99,44 @@ def resolve_api_token(config: AppConfig, data_dir: Path) -> str:
     return _resolve_token(config.api.api_token, API_TOKEN_ENV, data_dir / API_TOKEN_FILE, "API")
 
 
+def private_directory(path: Path) -> None:
+    """Create the data directory readable by its owner only (it holds the spans: prompts and responses), and
+    tighten an existing one that this user owns (0700: nothing below it is reachable by other users)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if path.stat().st_uid == os.getuid() and stat.S_IMODE(path.stat().st_mode) & 0o077:
+            os.chmod(path, 0o700)
+            log.warning("data directory %s was readable by other users: now 0700", path)
+    except OSError as exc:
+        log.warning("cannot restrict the data directory %s to its owner: %s", path, exc.strerror)
+
+
+def otlp_tokens(config: AppConfig) -> list[str]:
+    """The bearer tokens the OTLP receiver accepts: ``ingest.bearer_tokens``, ``$LOOP_DETECTOR_OTLP_TOKEN`` and the
+    non-empty lines of ``ingest.bearer_token_file`` (the collector's ``bearertokenauth`` ``filename``)."""
+    tokens = list(config.ingest.bearer_tokens)
+    env = os.environ.get(OTLP_TOKEN_ENV, "").strip()
+    if env:
+        tokens.append(env)
+    if config.ingest.bearer_token_file:
+        try:
+            lines = Path(config.ingest.bearer_token_file).read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError([f"ingest.bearer_token_file: cannot read: {exc.strerror}"]) from None
+        tokens.extend(line.strip() for line in lines if line.strip())
+    return tokens
+
+
+def _otlp_tls(config: AppConfig) -> dict[str, Any]:
+    tls = config.ingest.tls
+    if tls is None:
+        return {}
+    options: dict[str, Any] = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file}
+    if tls.client_ca_file:
+        options.update(ssl_ca_certs=tls.client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
 def api_token_required(mode: str, host: str) -> bool:
     """Whether the enforcement reads need the API token on an API listening on ``host``."""
     return mode == "always" or (mode == "auto" and not is_loopback(host))
@@ -118,7 +160,7 @@ class Service:
         self.config = config
         self.config_path = config_path
         self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(self.data_dir)
         self.store = store or open_store(self.data_dir, config.store.url)
         apply_schema(self.store, cluster=config.store.cluster)
         self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
@@ -149,7 +191,9 @@ class Service:
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
         if self.webhooks is not None:
             self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
-        self.otlp_app = create_otlp_app(self.store, config.ingest, committer=self.committer)
+        self.otlp_tokens = otlp_tokens(config)
+        self.otlp_app = create_otlp_app(self.store, config.ingest, committer=self.committer,
+                                        bearer_tokens=self.otlp_tokens)
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
         self._reload_lock = threading.Lock()
@@ -243,7 +287,12 @@ class Service:
             log.info("the enforcement reads need the API token (%s/%s)", self.data_dir, API_TOKEN_FILE)
         otlp, api = (sock.getsockname()[1] for sock in self._sockets)
         shown = f"[{host}]" if ":" in host else host
-        self.endpoints = Endpoints(otlp=f"http://{shown}:{otlp}", api=f"http://{shown}:{api}")
+        scheme = "https" if self.config.ingest.tls is not None else "http"
+        self.endpoints = Endpoints(otlp=f"{scheme}://{shown}:{otlp}", api=f"http://{shown}:{api}")
+        if not is_loopback(host) and not self.otlp_tokens and not (
+                self.config.ingest.tls is not None and self.config.ingest.tls.client_ca_file):
+            log.warning("the OTLP receiver listens beyond loopback without authentication: anyone who reaches it "
+                        "can send spans (set ingest.bearer_tokens or mutual TLS)")
         return self.endpoints
 
     async def serve(self, host: str = "127.0.0.1", otlp_port: int = 4318, api_port: int = 8080,
@@ -252,7 +301,8 @@ class Service:
         gracefully, a second one at once). The caller then calls :meth:`close`."""
         if not self._sockets:
             self.bind(host, otlp_port, api_port)
-        servers = [make_server(self.otlp_app, self.config.http), make_server(self.api_app, self.config.http)]
+        servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
+                   make_server(self.api_app, self.config.http)]
         self._servers = servers
         loop = asyncio.get_running_loop()
         handled: list[int] = []
@@ -336,8 +386,7 @@ def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: s
         daemon=True,
     )
     thread.start()
-    _wait_ready(endpoints.api + "/healthz")
-    _wait_ready(endpoints.otlp + "/healthz")
+    _wait_ready(endpoints.api + "/healthz")  # (the OTLP socket listens already: requests queue until it serves)
     try:
         yield service, endpoints
     finally:

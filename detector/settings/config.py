@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +39,8 @@ from detector.settings.vocabulary import (
 
 __all__ = [
     "ApiSettings", "AppConfig", "Budget", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "HttpSettings", "IngestSettings",
-    "KeyOverride", "LoopDetectionConfig", "MetricsSettings", "Price", "Rule", "StoreSettings", "Thresholds", "WEIGHT_TOLERANCE",
-    "Webhook", "Weights", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
+    "KeyOverride", "LoopDetectionConfig", "MetricsSettings", "Price", "Rule", "StoreSettings", "Thresholds", "TlsSettings", "WEIGHT_TOLERANCE",
+    "Webhook", "Weights", "default_rules", "format_errors", "load_config", "yaml_error", "merge_loop_detection", "parse_config",
 ]
 
 WEIGHT_TOLERANCE = 0.001
@@ -182,10 +183,31 @@ class DetectorSettings(_Strict):
         return int(self.shard.split("/")[1])
 
 
+class TlsSettings(_Strict):
+    """TLS on the OTLP listener; with ``client_ca_file``, mutual TLS: a client must present a certificate that CA
+    signed (the collector's ``tls.client_ca_file``)."""
+
+    cert_file: str = Field(min_length=1)
+    key_file: str = Field(min_length=1)
+    client_ca_file: str | None = Field(None, min_length=1)
+
+
 class IngestSettings(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     max_future_skew_seconds: int = Field(3600, ge=1)
     max_age_days: int = Field(30, ge=1)
+    # OTLP authentication, the collector's bearertokenauth convention: "Authorization: Bearer <token>", any of the
+    # tokens (these, $LOOP_DETECTOR_OTLP_TOKEN, and the lines of bearer_token_file). None configured: open.
+    bearer_tokens: list[str] = Field(default_factory=list, max_length=100)
+    bearer_token_file: str | None = Field(None, min_length=1, description="one token per line")
+    tls: TlsSettings | None = None
+
+    @field_validator("bearer_tokens")
+    @classmethod
+    def _long_enough(cls, tokens: list[str]) -> list[str]:
+        if any(len(t.strip()) < 16 for t in tokens):
+            raise ValueError("every bearer token must have at least 16 characters")
+        return [t.strip() for t in tokens]
 
 
 class HttpSettings(_Strict):
@@ -344,5 +366,24 @@ def load_config(path: str | os.PathLike[str] | None) -> AppConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"invalid YAML: {exc}"], str(p)) from None
+        raise ConfigError([yaml_error(exc)], str(p)) from None
     return parse_config(data, str(p))
+
+
+_QUOTED = re.compile(r"'[^']*'")
+_HARMLESS = re.compile(r"'<[a-z ]+>'|'[^\w\s']'|'\\[a-z]'")  # a token name, one punctuation mark, an escape
+
+
+def yaml_error(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error as its position and problem only. PyYAML's own message quotes the offending line (a
+    token or a webhook secret with it) and names what it found (an undefined alias is part of the value): neither
+    may reach ``check-config``, the reload's 422 or the log. Quoted fragments are kept only when they are YAML's
+    token names (``'<block end>'``), a punctuation mark or an escape (``','``, ``'\\t'``)."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return "invalid YAML"
+    mark = exc.problem_mark or exc.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    parts = [text for text in (exc.problem, exc.context) if text]
+    described = "; ".join(_QUOTED.sub(lambda m: m.group(0) if _HARMLESS.fullmatch(m.group(0)) else "'...'",
+                                      re.sub(r'"[^"]*"', '"..."', text)) for text in parts)
+    return f"invalid YAML{where}" + (f": {described}" if described else "")
