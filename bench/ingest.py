@@ -163,6 +163,7 @@ def serve(data_dir: str) -> None:
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
+    from detector.ingest.commit import Committer
     from detector.ingest.receiver import IngestMetrics, create_otlp_app
     from detector.storage.schema import apply_schema
     from detector.storage.transport import ChdbStore
@@ -170,7 +171,10 @@ def serve(data_dir: str) -> None:
     store = ChdbStore(data_dir)
     apply_schema(store)
     metrics = IngestMetrics()
-    app = create_otlp_app(store, IngestSettings(max_body_bytes=256 * 1024 * 1024), metrics)
+    # as serve commits: each group journaled before its insert (LOOP_BENCH_NO_JOURNAL=1: without, to price it)
+    journal = None if os.environ.get("LOOP_BENCH_NO_JOURNAL") else Path(data_dir) / "ingest-journal"
+    app = create_otlp_app(store, IngestSettings(max_body_bytes=256 * 1024 * 1024),
+                          committer=Committer(store, metrics, journal))
 
     async def bench_metrics(request: Request) -> JSONResponse:
         return JSONResponse({"inserts": metrics.inserts, "insert_seconds": metrics.insert_seconds,

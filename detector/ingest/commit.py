@@ -496,7 +496,7 @@ class Committer:
             log.error("OTLP group insert failed: %s; resolving its %d requests one by one", safe_error(exc),
                       len(requests))
             pending = _Pending(path, requests)
-            self._resolve_pending(pending, suspect_data=_is_data_error(exc))
+            self._resolve_pending(pending, suspect_data=_is_data_error(exc), error=exc)
             if len(pending.outcomes) < len(requests):
                 self._pending.append(pending)
             reason = f"store unavailable: insert failed: {safe_error(exc)}"
@@ -525,39 +525,108 @@ class Committer:
             if len(pending.outcomes) == len(pending.requests):
                 self._pending.remove(pending)
 
-    def _resolve_pending(self, pending: _Pending, suspect_data: bool = False) -> None:
-        """Resolve each unresolved request of a journaled batch, one by one; drop the journal once all are."""
-        for index, request in enumerate(pending.requests):
-            if index in pending.outcomes:
-                continue
-            try:
-                outcome = self._resolve(request, suspect_data)
-            except _StoreDown as exc:
-                log.error("OTLP request left pending: the store failed again (%s)", exc)
-                break  # the store is down: the rest would fail the same way
-            pending.outcomes[index] = outcome
-            self.remembered.add([(request.digest, outcome)])
-        if len(pending.outcomes) == len(pending.requests):
-            self.metrics.repaired_batches += 1
-            if pending.path is not None:
-                pending.path.unlink(missing_ok=True)
-
-    def _resolve(self, request: DecodedRequest, suspect_data: bool) -> CommitOutcome:
-        """Make one request's spans stored exactly once in both tables, but the spans the store refuses (none of
-        whose rows may stay). Idempotent; raises :class:`_StoreDown` when the store fails for another reason."""
-        rows = request.rows
+    def _resolve_pending(self, pending: _Pending, suspect_data: bool = False, error: BaseException | None = None) -> None:
+        """Resolve the unresolved requests of a journaled batch; drop the journal once all are. Each request gets
+        its own answer: the spans the store refuses are found request by request (probing); the rest of the batch
+        is then completed in one go (one insert and one view run, rather than one per request)."""
+        todo = [i for i in range(len(pending.requests)) if i not in pending.outcomes]
+        if not todo:
+            return
+        requests = [pending.requests[i] for i in todo]
         try:
-            refused = self._refused(rows) if suspect_data else {}
-            self._complete(rows, refused)
+            refused = self._resolve(requests, suspect_data, error)
+        except _StoreDown as exc:
+            log.error("OTLP batch left pending: the store failed again (%s)", exc)
+            return
+        for i, request, mine in zip(todo, requests, refused, strict=True):
+            self.metrics.store_rejected += len(mine)
+            if mine:
+                outcome = CommitOutcome(COMMIT_COMMITTED, request.accepted - len(mine), request.rejected + len(mine),
+                                        _merge_messages(request, request.rows, mine))
+            else:
+                outcome = CommitOutcome(COMMIT_COMMITTED, request.accepted, request.rejected, request.error_message)
+            pending.outcomes[i] = outcome
+        self.remembered.add((r.digest, pending.outcomes[i]) for i, r in zip(todo, requests, strict=True))
+        self.metrics.repaired_batches += 1
+        if pending.path is not None:
+            pending.path.unlink(missing_ok=True)
+
+    def _resolve(self, requests: list[DecodedRequest], suspect_data: bool,
+                 error: BaseException | None = None) -> list[dict[int, str]]:
+        """Make the requests' spans stored exactly once in both tables, but the spans the store refuses (none of
+        whose rows may stay); returns each request's refused rows. Idempotent; raises :class:`_StoreDown` when the
+        store fails for a reason other than the data."""
+        tables = [r.rows for r in requests if r.accepted]
+        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables) if tables else requests[0].rows
+        try:
+            refused = self._refused_by_request(requests, error) if suspect_data else [{} for _ in requests]
+            combined: dict[int, str] = {}
+            offset = 0
+            for request, mine in zip(requests, refused, strict=True):
+                combined.update((offset + i, error) for i, error in mine.items())
+                offset += request.accepted
+            self._complete(rows, combined)
         except StoreError as exc:
             if not suspect_data and _is_data_error(exc):
-                return self._resolve(request, suspect_data=True)
+                return self._resolve(requests, suspect_data=True, error=exc)
             raise _StoreDown(exc) from exc
-        self.metrics.store_rejected += len(refused)
-        if not refused:
-            return CommitOutcome(COMMIT_COMMITTED, request.accepted, request.rejected, request.error_message)
-        return CommitOutcome(COMMIT_COMMITTED, request.accepted - len(refused), request.rejected + len(refused),
-                             _merge_messages(request, rows, refused))
+        return refused
+
+    def _refused_by_request(self, requests: list[DecodedRequest], error: BaseException | None) -> list[dict[int, str]]:
+        """Each request's rows the store refuses, so that one sender's refusal is attributed to that sender only:
+        halves of the batch are probed request-wise, then the refused requests row-wise. Probes run the view the
+        store's error named (the others are costly: the calls view's SQL is analysed on every run), and then,
+        once, every view over what was not refused; should that fail, everything again with every view."""
+        views = self._probe_views()
+        named = _view_named(error, views)
+        probed = [named] if named is not None else views
+        live = [i for i, r in enumerate(requests) if r.accepted]
+        tables = [requests[i].rows for i in live]
+        bad = self._bisect(len(live), lambda lo, hi: self._probe(
+            tables[lo] if hi - lo == 1 else pa.concat_tables(tables[lo:hi]), probed))
+        out: list[dict[int, str]] = [{} for _ in requests]
+        for k in sorted(bad):
+            rows = tables[k]
+            out[live[k]] = self._bisect(rows.num_rows, lambda lo, hi, rows=rows: self._probe(
+                rows.slice(lo, hi - lo), probed))
+        if named is not None and len(views) > 1:
+            kept = [t if not out[i] else t.take([j for j in range(t.num_rows) if j not in out[i]])
+                    for i, t in zip(live, tables, strict=True)]
+            if self._probe(pa.concat_tables(kept), views) is not None:
+                return self._refused_by_request(requests, None)
+        self.store.command(CLEAR_STAGE)
+        return out
+
+    def _probe(self, rows: pa.Table, views: list[_View]) -> StoreError | None:
+        """Stage the rows and run them through the views into Null tables: the store's data error, or None."""
+        try:
+            self._stage(rows)
+            for view in views:
+                self.store.command(view.probe)
+        except StoreError as exc:
+            if not _is_data_error(exc):
+                raise
+            return exc
+        return None
+
+    @staticmethod
+    def _bisect(count: int, probe: Any, budget: int = MAX_PROBES) -> dict[int, str]:
+        """The indices in [0, count) that ``probe(lo, hi)`` refuses, halving refused ranges down to single items
+        (past ``budget`` probes, a refused range is refused whole)."""
+        refused: dict[int, str] = {}
+        stack = [(0, count)] if count else []
+        while stack:
+            lo, hi = stack.pop()
+            budget -= 1
+            error = probe(lo, hi)
+            if error is None:
+                continue
+            if hi - lo == 1 or budget <= 0:
+                refused.update((i, safe_error(error)) for i in range(lo, hi))
+                continue
+            mid = (lo + hi) // 2
+            stack.extend([(mid, hi), (lo, mid)])
+        return refused
 
     def _complete(self, rows: pa.Table, refused: dict[int, str]) -> None:
         keys = list(zip(rows.column("TraceId").to_pylist(), rows.column("SpanId").to_pylist(), strict=True))
@@ -573,7 +642,11 @@ class Committer:
         stored = {(r["t"], r["s"]) for r in self.store.rows(SELECT_STORED_SPANS, {
             "lo": pc.min(starts).as_py(), "hi": pc.max(starts).as_py(), "traces": traces})}
         calls = {(r["t"], r["s"]) for r in self.store.rows(SELECT_STORED_CALLS, {"traces": traces})}
-        missing = [j for j, i in enumerate(good) if keys[i] not in stored]
+        missing, seen = [], set(stored)  # a span sent twice within the batch is stored once
+        for j, i in enumerate(good):
+            if keys[i] not in seen:
+                seen.add(keys[i])
+                missing.append(j)
         uncalled = [j for j, i in enumerate(good) if keys[i] in stored and keys[i] not in calls]
         if uncalled:  # spans stored without their calls (a failed insert): the calls from the view's own SELECT
             self._stage(good_rows.take(uncalled))
@@ -614,38 +687,6 @@ class Committer:
         if orphaned:
             self.store.command(DELETE_CALLS, {"traces": sorted({t for t, _ in orphaned}), "keys": orphaned})
 
-    def _refused(self, rows: pa.Table) -> dict[int, str]:
-        """The rows the store refuses ({index: the error}), found by probing halves of the rows without writing."""
-        refused: dict[int, str] = {}
-        budget = [MAX_PROBES]
-
-        def probe(lo: int, hi: int) -> StoreError | None:
-            budget[0] -= 1
-            try:
-                self._stage(rows.slice(lo, hi - lo))
-                for view in self._probe_views():
-                    self.store.command(view.probe)
-            except StoreError as exc:
-                if not _is_data_error(exc):
-                    raise
-                return exc
-            return None
-
-        stack = [(0, rows.num_rows)]
-        while stack:
-            lo, hi = stack.pop()
-            error = probe(lo, hi)
-            if error is None:
-                continue
-            if hi - lo == 1 or budget[0] <= 0:
-                for i in range(lo, hi):
-                    refused[i] = safe_error(error)
-                continue
-            mid = (lo + hi) // 2
-            stack.extend([(mid, hi), (lo, mid)])
-        self.store.command(CLEAR_STAGE)
-        return refused
-
     def _stage(self, rows: pa.Table) -> None:
         self.store.command(CREATE_STAGE)
         self.store.command(CLEAR_STAGE)
@@ -685,6 +726,13 @@ class Committer:
             views.append(_View(f"{db}.{name}", target_name, probe, complete))
         self._views = views
         return views
+
+
+def _view_named(error: BaseException | None, views: list[_View]) -> _View | None:
+    """The view a ClickHouse error names ("... while pushing to view otel.genai_calls_mv. (...)"), if one of these."""
+    match = re.search(r"pushing to view ([\w`.]+?)\.?(?:\s|$)", str(error)) if error is not None else None
+    name = match.group(1).replace("`", "") if match else ""
+    return next((v for v in views if v.name == name), None)
 
 
 def _merge_messages(request: DecodedRequest, rows: pa.Table, refused: dict[int, str]) -> str:

@@ -8,6 +8,8 @@ nesting, odd floats, any Unicode. Hypothesis generates them (a fixed number of e
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,7 +57,7 @@ json_values = st.recursive(
     max_leaves=30)
 
 
-@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+@settings(max_examples=60 * int(os.environ.get("LOOP_DETECTOR_FUZZ_SCALE", "1")), deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(arguments=json_values | st.text(max_size=50), depth=st.integers(0, 300))
 def test_any_tool_arguments_never_a_5xx_and_never_unblock(svc, arguments, depth):

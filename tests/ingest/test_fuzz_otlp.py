@@ -8,12 +8,13 @@ bytes, and OTLP/JSON documents with values of the wrong type or out of range. Wh
 - the service keeps serving.
 
 The decoder alone runs many examples (fast); the receiver over HTTP fewer (each one an insert). Derandomized, a
-fixed number of examples: the same cases on every run.
+fixed number of examples: the same cases on every run (``LOOP_DETECTOR_FUZZ_SCALE`` multiplies them: the bench).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 
@@ -32,6 +33,8 @@ from detector.settings.config import IngestSettings
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore
 
+# bench/reliability.py runs these with more examples (LOOP_DETECTOR_FUZZ_SCALE=20); CI with the counts below
+SCALE = int(os.environ.get("LOOP_DETECTOR_FUZZ_SCALE", "1"))
 EDGE_TIMES = [0, 1, 2**31, 2**62, 2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1]
 NOW = time.time_ns()  # fixed for the run: the strategies must draw the same values for the same choices
 # Valid ids, never all zero (hypothesis starts from its simplest values: zeros, empty, the first choice)
@@ -139,7 +142,7 @@ def span_count(request: ExportTraceServiceRequest) -> int:
 
 # -- the decoder alone ---------------------------------------------------------------------------------------------
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=150 * SCALE)
 @given(request=export_request())
 def test_decoder_accounts_for_every_span(request):
     result = decode_protobuf(request.SerializeToString(), IngestSettings())
@@ -147,7 +150,7 @@ def test_decoder_accounts_for_every_span(request):
     result.spans.to_arrow()  # what the insert gets: always buildable
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=150 * SCALE)
 @given(data=st.data(), request=export_request())
 def test_mutated_protobuf_is_decoded_or_refused(data, request):
     body = mutate(request.SerializeToString(), data.draw)
@@ -197,7 +200,7 @@ def json_request(draw) -> bytes:
     return json.dumps(document).encode()  # (orjson refuses integers beyond 64 bits; senders need not)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=150 * SCALE)
 @given(body=json_request())
 def test_json_decoder_accounts_or_refuses(body):
     try:
@@ -243,7 +246,7 @@ def probe_request(ends: list[int]) -> ExportTraceServiceRequest:
     return request
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=80 * SCALE)
 @given(request=export_request())
 @example(request=probe_request([NOW, 2**63 + 5, NOW]))
 @example(request=probe_request([2**63, 2**63 - 1, 2**64 - 1]))
@@ -266,7 +269,7 @@ def test_receiver_never_5xx_and_stores_exactly_the_accepted(receiver, request):
     assert calls <= traces and (rejected or calls == genai)
 
 
-@settings(FUZZ, max_examples=30)
+@settings(FUZZ, max_examples=30 * SCALE)
 @given(data=st.data(), request=export_request(), json_body=json_request())
 def test_receiver_refuses_garbage_without_5xx(receiver, data, request, json_body):
     _, client = receiver
