@@ -50,10 +50,13 @@ from support.otlp_load import Senders, audit_store  # noqa: E402
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
 
+from detector.ingest.commit import read_journal  # noqa: E402
 from detector.storage.transport import ChdbStore  # noqa: E402
 
 SECTION = "## Reliability probes (bench/reliability.py)"
 FAST = "detector:\n  interval_seconds: 0.5\n"
+SPANS_IN = "SELECT count() AS n FROM otel.otel_traces WHERE (TraceId, SpanId) IN {k:Array(Tuple(String, String))}"
+CALLS_IN = "SELECT count() AS n FROM otel.genai_calls WHERE (trace_id, span_id) IN {k:Array(Tuple(String, String))}"
 HALF_STORED = """
 SELECT count() AS n FROM otel.otel_traces
 WHERE SpanAttributes['gen_ai.operation.name'] != '' AND (TraceId, SpanId) NOT IN (SELECT trace_id, span_id FROM otel.genai_calls)
@@ -95,7 +98,7 @@ def timed_start(data: Path, config: Path) -> tuple[ServeProcess, float]:
 def probe_kill9(runs: int) -> list[str]:
     rng = random.Random(16)
     totals = {"sent": 0, "acked_before": 0, "half": 0, "journals": 0, "lost": 0, "dupes": 0, "half_after": 0,
-              "scored_twice": 0, "unscored": 0}
+              "scored_twice": 0, "unscored": 0, "journaled_spans": 0, "journaled_in_traces": 0, "journaled_in_calls": 0}
     first, restarts = [], []
     exact_runs = 0
     for _ in range(runs):
@@ -115,8 +118,18 @@ def probe_kill9(runs: int) -> list[str]:
                 acked_before = sum(r.spans for r in senders.acknowledged)
                 store = ChdbStore(data)
                 half = int(store.rows(HALF_STORED)[0]["n"])
+                journaled = [read_journal(path) for path in (data / "ingest-journal").glob("*.arrow")]
+                journals = len(journaled)
+                for batch in journaled:  # what the kill left of the interrupted inserts' spans
+                    for request in batch:
+                        keys = list(zip(request.rows.column("TraceId").to_pylist(),
+                                        request.rows.column("SpanId").to_pylist(), strict=True))
+                        in_traces = int(store.rows(SPANS_IN, {"k": keys})[0]["n"])
+                        in_calls = int(store.rows(CALLS_IN, {"k": keys})[0]["n"])
+                        totals["journaled_spans"] += len(keys)
+                        totals["journaled_in_traces"] += in_traces
+                        totals["journaled_in_calls"] += in_calls
                 store.close()
-                journals = len(list((data / "ingest-journal").glob("*.arrow")))
                 proc, started = timed_start(data, config)
                 restarts.append(started)
                 current["url"] = proc.otlp
@@ -148,6 +161,9 @@ def probe_kill9(runs: int) -> list[str]:
             row("spans acknowledged before the kill", totals["acked_before"], "spans"),
             row("half-stored spans the kills left (otel_traces without genai_calls)", totals["half"], "spans"),
             row("journaled batches found at restart (repaired)", totals["journals"], "batches"),
+            row("their spans, and how many were in otel_traces / genai_calls when the process died",
+                f"{totals['journaled_spans']:,}: {totals['journaled_in_traces']:,} / {totals['journaled_in_calls']:,}",
+                "spans"),
             row("after restart and retries: spans lost", totals["lost"], "spans"),
             row("after restart and retries: duplicate rows (both tables)", totals["dupes"], "rows"),
             row("after restart and retries: half-stored spans", totals["half_after"], "spans"),
