@@ -166,6 +166,7 @@ def serve(data_dir: str) -> None:
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
+    from detector.ingest.commit import Committer
     from detector.ingest.grpc_receiver import OTLPGrpcReceiver
     from detector.ingest.receiver import IngestMetrics, create_otlp_app
     from detector.storage.schema import apply_schema
@@ -175,8 +176,11 @@ def serve(data_dir: str) -> None:
     apply_schema(store)
     metrics = IngestMetrics()
     settings = IngestSettings(max_body_bytes=256 * 1024 * 1024)
-    app = create_otlp_app(store, settings, metrics)
-    receiver = OTLPGrpcReceiver(app.state.committer, app.state.logs_committer, settings, metrics)
+    # as serve commits: each group journaled before its insert (LOOP_BENCH_NO_JOURNAL=1: without, to price it)
+    journal = None if os.environ.get("LOOP_BENCH_NO_JOURNAL") else Path(data_dir) / "ingest-journal"
+    committer = Committer(store, metrics, journal)
+    app = create_otlp_app(store, settings, committer=committer)
+    receiver = OTLPGrpcReceiver(committer, app.state.logs_committer, settings, metrics)
 
     async def bench_metrics(request: Request) -> JSONResponse:
         return JSONResponse({"inserts": metrics.inserts, "insert_seconds": metrics.insert_seconds,

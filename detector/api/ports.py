@@ -55,6 +55,12 @@ class ServicePort(Protocol):
     def admin_token(self) -> str: ...
 
     @property
+    def api_token(self) -> str: ...  # the agents' token for the enforcement reads
+
+    @property
+    def api_token_required(self) -> bool: ...  # whether the enforcement reads need it (or the admin token)
+
+    @property
     def started_at(self) -> float: ...
 
     @property

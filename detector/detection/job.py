@@ -8,6 +8,12 @@ Each cycle:
 2. the engine scores them call by call in span-time order;
 3. scores, events, state, decisions and the new watermark are written back, and the in-memory
    :class:`~detector.core.decisions.DecisionBook` the API reads is updated.
+
+A cycle's writes are idempotent across a crash: before writing it records the range it read (``writing``,
+watermark and cutoff) and writes its scores and events with an ``insert_deduplication_token`` naming that range.
+Killed before its new watermark was written, the cycle is run again after the restart over the very same range
+(the engine, replayed to the old watermark, scores the same calls the same way) with the same tokens, and what it
+had already written is stored once (``clickhouse/006_detector_dedup.sql``): no score or event twice, none lost.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from detector.storage.transport import Store, insert_rows
 __all__ = [
     "CycleStats", "DELETE_ALL_STATES", "DELETE_CHUNK", "DELETE_STORED", "DetectorJob", "RESET_ALL_DECISIONS",
     "SELECT_DECISIONS", "SELECT_META", "SELECT_NEW_CALLS", "SELECT_NOW_US", "SELECT_SESSION_TRACES", "SELECT_STATES",
-    "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
+    "OVER_CAPACITY", "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
 ]
 
 log = logging.getLogger("loop_detector.detector")
@@ -96,6 +102,9 @@ WHERE scope = 'trace' AND session_id IN {ids:Array(String)} AND deleted = 0
 SESSION_EXISTS = """
 SELECT count() AS n FROM otel.loop_state FINAL WHERE scope = 'session' AND scope_id IN {ids:Array(String)} AND deleted = 0
 """
+# Sessions in memory may exceed max_sessions by this factor between eviction runs; a cycle that leaves more evicts
+# at once (the least recently active first), so memory is bounded by the config, not by the rate of new sessions.
+OVER_CAPACITY = 1.1
 UNSAVED_MERGE_AT = 32  # cycles' lists of changed scopes kept apart before they are merged into one
 
 
@@ -157,6 +166,7 @@ class DetectorJob:
         self.cycles = 0
         self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.detection.gc_policy)
         self.log_content = LogContent(store)  # content that came in logs, joined to its calls
+        self.rerun_cutoff_us = 0  # a cycle killed while writing: run again over (watermark, this] after a restart
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -194,7 +204,13 @@ class DetectorJob:
         index, count = self.shard
         self.stored.load(self.store.rows(SELECT_STORED_SCOPES, {"shards": count, "shard": index}))
         self.stored.discard(list(self.engine.states))
+        rows = self.store.rows(SELECT_META, {"key": self._meta_key("writing")})
+        if rows:
+            start, _, end = str(rows[0]["value"]).partition(":")
+            if int(start) == self.processed_us and int(end or 0) > self.processed_us:
+                self.rerun_cutoff_us = int(end)
         log.info("detector resumed", extra={"checkpoint_us": self.checkpoint_us, "processed_us": self.processed_us,
+                                            "rerun_cutoff_us": self.rerun_cutoff_us,
                                             "decisions": len(decisions), "stored_scopes": len(self.stored)})
 
     # -- one cycle ------------------------------------------------------------------------------
@@ -202,7 +218,13 @@ class DetectorJob:
         with self.lock, self.collector.cycle():
             if self.processed_us > self.watermark_us:
                 self._cycle(self.processed_us, replay=True)
-            return self._cycle(None, replay=False)
+            if self.rerun_cutoff_us:  # the cycle a crash interrupted, over the same range, with the same tokens
+                cutoff, self.rerun_cutoff_us = self.rerun_cutoff_us, 0
+                self._cycle(cutoff, replay=False)
+            stats = self._cycle(None, replay=False)
+            if self.active_sessions() > self.config.loop_detection.max_sessions * OVER_CAPACITY:
+                self.evict()  # a burst of new sessions: bounded now, not at the next eviction run
+            return stats
 
     def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
         started = time.perf_counter()
@@ -222,11 +244,20 @@ class DetectorJob:
         scored = time.perf_counter()
         self._remember_unsaved(out.dirty)
         if not replay:
-            out.events.extend(self.engine.budgets.drain_events())  # exhaustions the API announced
+            token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
+            insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
+                                                        "value": f"{self.watermark_us}:{cutoff}",
+                                                        "version": self.version()}])
             if len(out.scores):
-                self.store.insert_arrow("otel.loop_scores", score_table(out.scores))
+                self.store.insert_arrow("otel.loop_scores", score_table(out.scores),
+                                        {"insert_deduplication_token": "scores:" + token})
             if out.events:
-                self.store.insert_arrow("otel.loop_events", event_table(out.events))
+                self.store.insert_arrow("otel.loop_events", event_table(out.events),
+                                        {"insert_deduplication_token": "events:" + token})
+            announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
+            if announced:
+                self.store.insert_arrow("otel.loop_events", event_table(announced))
+                out.events.extend(announced)
         version = self.version()
         if out.decisions:
             self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))

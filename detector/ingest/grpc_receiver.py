@@ -3,14 +3,18 @@
 The other standard OTLP transport: ``opentelemetry-instrument`` with the ``opentelemetry-exporter-otlp``
 package, and many SDK and collector setups, export gRPC to ``:4317`` unless told otherwise. Requests are
 decoded and committed exactly as the OTLP/HTTP receiver does it (:mod:`detector.ingest.receiver`): the same
-decoders, the same group committers (one insert may hold rows of both transports), and the same guarantee:
-an ``OK`` is sent only once the request's rows are committed.
+decoders, the same committers (one insert may hold rows of both transports), and the same guarantees: an ``OK``
+is sent only once the request's rows are committed; spans the store would refuse are rejected alone; a batch is
+in both tables or in neither; a retried request is acknowledged without storing it twice
+(:mod:`detector.ingest.commit`).
 
 Status codes, per the OTLP/gRPC specification:
 
 - ``OK`` with ``partial_success`` (``rejected_spans`` / ``rejected_log_records`` and a message) when some
   items were invalid: the valid ones are stored, the client must not retry;
 - ``INVALID_ARGUMENT`` for a request that cannot be decoded or exceeds ``max_body_bytes`` (not retryable);
+- ``UNAUTHENTICATED`` when bearer tokens are configured and the call's ``authorization`` metadata is not
+  ``Bearer <one of them>`` (the collector's ``bearertokenauth`` convention, as on OTLP/HTTP);
 - ``UNAVAILABLE`` with ``RetryInfo`` when the store fails: nothing was acknowledged, retry after the delay;
 - ``RESOURCE_EXHAUSTED`` with ``RetryInfo`` when more than :data:`MAX_INFLIGHT_BYTES` of requests are being
   decoded or committed (backpressure: the client retries after the delay instead of queueing in memory here).
@@ -25,7 +29,8 @@ neither fail nor retry.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,10 +44,13 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from detector.ingest.commit import Committer, DecodedRequest, IngestMetrics, request_digest, safe_error
 from detector.ingest.logs import METRICS_REFUSED, count_metric_points_pb, decode_logs_protobuf
+from detector.ingest.logs_commit import LogsCommitter
 from detector.ingest.otlp import OTLPDecodeError, decode_protobuf, gc_paused
-from detector.ingest.receiver import DECODE_THREADS, RETRY_AFTER_SECONDS, GroupCommitter, IngestMetrics, _safe_error
+from detector.ingest.receiver import DECODE_THREADS, RETRY_AFTER_SECONDS, authorized
 from detector.settings.config import IngestSettings
+from detector.settings.vocabulary import COMMIT_RETRYABLE
 
 __all__ = ["LOGS_METHOD", "MAX_INFLIGHT_BYTES", "METRICS_METHOD", "OTLPGrpcReceiver", "TRACES_METHOD",
            "retry_trailers"]
@@ -58,6 +66,7 @@ MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 # gRPC's own limit sits a little above max_body_bytes, so that our check (INVALID_ARGUMENT, precise message)
 # answers an oversized request rather than gRPC's generic RESOURCE_EXHAUSTED.
 _GRPC_LIMIT_MARGIN = 64 * 1024
+GRPC_MEDIA = "application/grpc"  # the retry identity's media type (a gRPC retry resends the same message bytes)
 
 
 def retry_trailers(code: grpc.StatusCode, message: str, seconds: int = RETRY_AFTER_SECONDS) -> tuple[tuple[str, bytes], ...]:
@@ -82,9 +91,11 @@ class OTLPGrpcReceiver:
     start(host, port)`` inside the event loop that runs the committers (the service's); ``port`` 0 binds a
     free one (:attr:`port` says which)."""
 
-    def __init__(self, traces: GroupCommitter, logs: GroupCommitter, settings: IngestSettings,
-                 metrics: IngestMetrics | None = None, max_inflight_bytes: int = MAX_INFLIGHT_BYTES) -> None:
+    def __init__(self, traces: Committer, logs: LogsCommitter, settings: IngestSettings,
+                 metrics: IngestMetrics | None = None, max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+                 bearer_tokens: Sequence[str] = ()) -> None:
         self.traces = traces
+        self.expected = [f"Bearer {token}".encode() for token in bearer_tokens]
         self.logs = logs
         self.settings = settings
         self.metrics = metrics if metrics is not None else traces.metrics
@@ -108,7 +119,15 @@ class OTLPGrpcReceiver:
             grpc.method_handlers_generic_handler("opentelemetry.proto.collector.metrics.v1.MetricsService",
                                                  {"Export": grpc.unary_unary_rpc_method_handler(self._export_metrics)}),
         ))
-        bound = server.add_insecure_port(f"{host}:{port}")
+        tls = self.settings.tls
+        if tls is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:  # the same TLS (and mutual TLS) as the OTLP/HTTP listener
+            key, cert = Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes()
+            ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+            credentials = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                                      require_client_auth=ca is not None)
+            bound = server.add_secure_port(f"{host}:{port}", credentials)
         if not bound:
             raise OSError(f"OTLP/gRPC: cannot bind {host}:{port}")
         await server.start()
@@ -127,16 +146,20 @@ class OTLPGrpcReceiver:
     # -- the three methods -------------------------------------------------------------------------------
     async def _export_traces(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         async def handle() -> bytes:
-            result, rows = await self._decode(_decode_traces, request)
-            if result.accepted:
-                await self._commit(self.traces, rows, result.accepted, "spans")
-            self.metrics.spans_accepted += result.accepted
-            self.metrics.spans_rejected += result.rejected
+            decoded = await self._decode(_decode_traces, request)
+            outcome = await self.traces.commit(decoded)
+            if outcome.status == COMMIT_RETRYABLE:
+                log.error("OTLP/gRPC request not acknowledged: %s; %d spans (client will retry)",
+                          outcome.retry_reason, decoded.accepted)
+                raise _Refused(grpc.StatusCode.UNAVAILABLE, outcome.retry_reason or "store unavailable", retry=True)
+            if not outcome.duplicate:
+                self.metrics.spans_accepted += outcome.accepted
+                self.metrics.spans_rejected += outcome.rejected
             response = ExportTraceServiceResponse()
-            if result.rejected:
-                log.warning("OTLP/gRPC partial success: %s", result.error_message)
-                response.partial_success.rejected_spans = result.rejected
-                response.partial_success.error_message = result.error_message
+            if outcome.rejected:
+                log.warning("OTLP/gRPC partial success: %s", outcome.error_message)
+                response.partial_success.rejected_spans = outcome.rejected
+                response.partial_success.error_message = outcome.error_message
             return response.SerializeToString()
 
         return await self._guarded(request, context, handle)
@@ -172,6 +195,9 @@ class OTLPGrpcReceiver:
                        handle: Callable[[], Awaitable[bytes]]) -> bytes:
         size = len(request)
         try:
+            if self.expected and not self._authenticated(context):
+                raise _Refused(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token in the authorization "
+                               "metadata: send authorization: Bearer <token>")
             if size > self.settings.max_body_bytes:
                 raise _Refused(grpc.StatusCode.INVALID_ARGUMENT,
                                f"request exceeds max_body_bytes ({self.settings.max_body_bytes} bytes)")
@@ -192,6 +218,11 @@ class OTLPGrpcReceiver:
         self.metrics.grpc_requests_by_code["OK"] += 1
         return reply
 
+    def _authenticated(self, context: grpc.aio.ServicerContext) -> bool:
+        given = next((value for key, value in context.invocation_metadata() or () if key == "authorization"), "")
+        raw = given if isinstance(given, bytes) else str(given).encode("latin-1", "replace")
+        return authorized(raw, self.expected)
+
     async def _decode(self, decoder: Callable[[bytes, IngestSettings], Any], request: bytes) -> Any:
         assert self._decoders is not None
         try:
@@ -199,21 +230,25 @@ class OTLPGrpcReceiver:
         except OTLPDecodeError as exc:
             log.info("OTLP/gRPC request rejected: %s", exc)
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        except Exception as exc:  # a body no decoder rule foresaw: still the sender's
+            log.warning("OTLP/gRPC request rejected: undecodable body (%s)", type(exc).__name__)
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"body could not be decoded ({type(exc).__name__})") from None
 
-    async def _commit(self, committer: GroupCommitter, rows: pa.Table, count: int, what: str) -> None:
+    async def _commit(self, committer: LogsCommitter, rows: pa.Table, count: int, what: str) -> None:
         try:
             await committer.commit(rows)
         except Exception as exc:
-            reason = _safe_error(exc)
+            reason = safe_error(exc)
             log.error("OTLP/gRPC insert failed: %s; %d %s not acknowledged (client will retry)", reason, count, what)
             raise _Refused(grpc.StatusCode.UNAVAILABLE, f"store unavailable: insert failed: {reason}",
                            retry=True) from None
 
 
-def _decode_traces(body: bytes, settings: IngestSettings) -> tuple[Any, pa.Table]:
+def _decode_traces(body: bytes, settings: IngestSettings) -> DecodedRequest:
     result = decode_protobuf(body, settings)
     with gc_paused():
-        return result, result.spans.to_arrow()
+        rows = result.spans.to_arrow()
+    return DecodedRequest(rows, result.rejected, result.error_message, request_digest(GRPC_MEDIA, body))
 
 
 def _decode_logs(body: bytes, settings: IngestSettings) -> tuple[Any, pa.Table]:

@@ -40,9 +40,11 @@ from detector.settings.vocabulary import (
 )
 
 __all__ = [
-    "ApiSettings", "AppConfig", "Budget", "ClickHouseHttpSettings", "ConfigError", "ConsecutiveCounts", "DetectorSettings", "IngestSettings",
-    "KeyOverride", "LoopDetectionConfig", "Price", "Rule", "StoreSettings", "RetentionSettings", "Thresholds",
-    "WEIGHT_TOLERANCE", "Webhook", "WebhookDelivery", "Weights", "duration_seconds", "default_rules", "format_errors", "load_config", "merge_loop_detection", "parse_config",
+    "ApiSettings", "AppConfig", "Budget", "ClickHouseHttpSettings", "ConfigError", "ConsecutiveCounts", "DetectorSettings",
+    "HttpSettings", "IngestSettings", "KeyOverride", "LoopDetectionConfig", "MetricsSettings", "Price", "RetentionSettings",
+    "Rule", "StoreSettings", "Thresholds", "TlsSettings", "WEIGHT_TOLERANCE", "Webhook", "WebhookDelivery", "Weights",
+    "default_rules", "duration_seconds", "format_errors", "load_config", "merge_loop_detection", "parse_config",
+    "yaml_error",
 ]
 
 WEIGHT_TOLERANCE = 0.001
@@ -185,10 +187,51 @@ class DetectorSettings(_Strict):
         return int(self.shard.split("/")[1])
 
 
+class TlsSettings(_Strict):
+    """TLS on the OTLP listener; with ``client_ca_file``, mutual TLS: a client must present a certificate that CA
+    signed (the collector's ``tls.client_ca_file``)."""
+
+    cert_file: str = Field(min_length=1)
+    key_file: str = Field(min_length=1)
+    client_ca_file: str | None = Field(None, min_length=1)
+
+
 class IngestSettings(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     max_future_skew_seconds: int = Field(3600, ge=1)
     max_age_days: int = Field(30, ge=1)
+    # OTLP authentication, the collector's bearertokenauth convention: "Authorization: Bearer <token>", any of the
+    # tokens (these, $LOOP_DETECTOR_OTLP_TOKEN, and the lines of bearer_token_file). None configured: open.
+    bearer_tokens: list[str] = Field(default_factory=list, max_length=100)
+    bearer_token_file: str | None = Field(None, min_length=1, description="one token per line")
+    tls: TlsSettings | None = None
+
+    @field_validator("bearer_tokens")
+    @classmethod
+    def _long_enough(cls, tokens: list[str]) -> list[str]:
+        if any(len(t.strip()) < 16 for t in tokens):
+            raise ValueError("every bearer token must have at least 16 characters")
+        return [t.strip() for t in tokens]
+
+
+class HttpSettings(_Strict):
+    """Connection limits of both listeners (the OTLP receiver and the API): a slow or silent client is cut off."""
+
+    header_timeout_seconds: float = Field(10.0, gt=0, le=3600,
+                                          description="a request's header must be complete this long after it began")
+    body_timeout_seconds: float = Field(60.0, gt=0, le=3600,
+                                        description="a request's body must be complete this long after its header")
+    keep_alive_seconds: int = Field(5, ge=1, le=3600, description="an idle keep-alive connection is closed after this")
+    graceful_shutdown_seconds: int = Field(10, ge=1, le=600,
+                                           description="on SIGTERM / SIGINT, requests in flight get this long to finish")
+
+
+class MetricsSettings(_Strict):
+    """Prometheus label sets are bounded: a virtual key gets its own ``virtual_key`` label value only when it has an
+    override block under ``virtual_keys:`` or is among the first ``max_key_labels`` keys seen since the start; every
+    other key is counted under ``other``. (Keys arrive in spans: unbounded, and forgeable by whoever can send OTLP.)"""
+
+    max_key_labels: int = Field(0, ge=0, le=10_000)
 
 
 class StoreSettings(_Strict):
@@ -198,6 +241,14 @@ class StoreSettings(_Strict):
 
 class ApiSettings(_Strict):
     admin_token: str | None = Field(None, min_length=16)
+    api_token: str | None = Field(
+        None, min_length=16, description="the agents' (non-admin) token for the enforcement reads; else "
+        "$LOOP_DETECTOR_API_TOKEN, else <data-dir>/api-token created at first start")
+    require_api_token: Literal["auto", "always", "never"] = Field(
+        "auto", description="the enforcement reads (/v1/check, /v1/decision, /v1/blocklist, /api/budgets/status, "
+        "/metrics) need the API (or admin) token: auto = whenever the API listens beyond loopback")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
+                                description="a larger request body is refused with 413 before it is parsed")
     block_seconds: int = Field(60, ge=1, le=86400)
 
 
@@ -304,6 +355,8 @@ class AppConfig(_Strict):
     prices: dict[str, Price] = Field(default_factory=dict)
     detector: DetectorSettings = Field(default_factory=DetectorSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     webhooks: list[Webhook] = Field(default_factory=list)
@@ -397,5 +450,24 @@ def load_config(path: str | os.PathLike[str] | None) -> AppConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"invalid YAML: {exc}"], str(p)) from None
+        raise ConfigError([yaml_error(exc)], str(p)) from None
     return parse_config(data, str(p))
+
+
+_QUOTED = re.compile(r"'[^']*'")
+_HARMLESS = re.compile(r"'<[a-z ]+>'|'[^\w\s']'|'\\[a-z]'")  # a token name, one punctuation mark, an escape
+
+
+def yaml_error(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error as its position and problem only. PyYAML's own message quotes the offending line (a
+    token or a webhook secret with it) and names what it found (an undefined alias is part of the value): neither
+    may reach ``check-config``, the reload's 422 or the log. Quoted fragments are kept only when they are YAML's
+    token names (``'<block end>'``), a punctuation mark or an escape (``','``, ``'\\t'``)."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return "invalid YAML"
+    mark = exc.problem_mark or exc.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    parts = [text for text in (exc.problem, exc.context) if text]
+    described = "; ".join(_QUOTED.sub(lambda m: m.group(0) if _HARMLESS.fullmatch(m.group(0)) else "'...'",
+                                      re.sub(r'"[^"]*"', '"..."', text)) for text in parts)
+    return f"invalid YAML{where}" + (f": {described}" if described else "")

@@ -35,6 +35,8 @@ DEFAULT_SHARDING_KEY = "cityHash64(scope_id)"
 _CREATE_TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS otel\.(\w+) \(", re.S)
 _ENGINE = re.compile(r"\) ENGINE = (\w+)\(([^)]*)\)")
 _MV = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS otel\.(\w+) TO otel\.(\w+) AS", re.S)
+# Replicated tables deduplicate inserts by default: the single-node window setting has no cluster counterpart.
+_NON_REPLICATED_DEDUP = re.compile(r"^ALTER TABLE otel\.\w+ MODIFY SETTING non_replicated_deduplication_window = \d+$")
 
 
 def _quote(name: str) -> str:
@@ -46,6 +48,8 @@ def cluster_statements(statements: list[str], cluster: str = DEFAULT_CLUSTER) ->
     on = f"ON CLUSTER {_quote(cluster)}"
     out: list[str] = []
     for stmt in statements:
+        if _NON_REPLICATED_DEDUP.match(stmt):
+            continue
         if stmt.startswith("CREATE DATABASE IF NOT EXISTS"):
             out.append(f"{stmt} {on}")
             continue

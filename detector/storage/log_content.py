@@ -18,6 +18,9 @@ call gets the same fingerprints in span mode and in event mode.
 Timing: a log record must be stored by the time the detector reads its span's call. util-genai emits the record
 before it ends the span, and the SDK's log batch processor exports every second (spans: every five), so the logs
 of a call normally arrive first; ``detector.watermark_lag_seconds`` gives stragglers more time.
+
+A retried logs export may store its records twice (:mod:`detector.ingest.logs_commit`): the details record is
+read once (the newest), and per-message records are taken distinct, so a duplicate changes no content.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ _ENRICHED_SPANS = """(
     INNER JOIN (
         SELECT TraceId, SpanId,
             argMaxIf(CAST(LogAttributes, 'Map(String, String)'), Timestamp, event = {details:String}) AS details,
-            arraySort(x -> x.1, groupArrayIf((Timestamp, event, Body), event != {details:String})) AS messages,
+            arraySort(x -> x.1, arrayDistinct(groupArrayIf((Timestamp, event, Body), event != {details:String}))) AS messages,
             arrayMap(x -> x.2, messages) AS event_names,
             arrayMap(x -> map('gen_ai.event.content', x.3), messages) AS event_attributes
         FROM (

@@ -66,8 +66,9 @@ class Store(Protocol):
 
     def insert_json(self, table: str, payload: bytes) -> None: ...
 
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
-        """Insert an Arrow table whose column names are (a subset of) the table's columns."""
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
+        """Insert an Arrow table whose column names are (a subset of) the table's columns; ``settings`` are the
+        insert's own (e.g. ``insert_deduplication_token``: the same insert twice is stored once)."""
         ...
 
     def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
@@ -119,6 +120,16 @@ def chdb_param(value: Any) -> Any:
     return value
 
 
+def _settings_clause(settings: Mapping[str, Any] | None) -> str:
+    """``SETTINGS name = value, ...`` for an INSERT (names are ours; values quoted as ClickHouse literals)."""
+    if not settings:
+        return ""
+    for name in settings:
+        if not re.fullmatch(r"[a-z_]+", name):
+            raise StoreError(f"invalid setting name {name!r}")
+    return "SETTINGS " + ", ".join(f"{name} = {_quote(value)}" for name, value in settings.items()) + " "
+
+
 def _parse_json_lines(data: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.splitlines() if line]
 
@@ -159,12 +170,12 @@ class ChdbStore:
         # The payload is JSON produced by orjson, never SQL; the table name is one of ours.
         self._query(f"INSERT INTO {table} FORMAT JSONEachRow\n" + payload.decode(), "CSV", None)
 
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
         # chDB's Python() table function reads the Arrow table in place; it finds it by its variable
         # name in the calling frame, so the query runs here, where `arrow_rows` is a local.
         arrow_rows = data  # noqa: F841 (read by name inside chDB)
         columns = ", ".join(f"`{name}`" for name in data.column_names)
-        sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM Python(arrow_rows)"
+        sql = f"INSERT INTO {table} ({columns}) {_settings_clause(settings)}SELECT {columns} FROM Python(arrow_rows)"
         with self._lock:
             try:
                 self._session.query(sql, "CSV")
@@ -238,10 +249,10 @@ class ServerStore:
         except Exception as exc:
             raise StoreError(str(exc)) from exc
 
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
         try:
             with self._lock:
-                self._client.insert_arrow(table, data)
+                self._client.insert_arrow(table, data, settings=dict(settings) if settings else None)
         except Exception as exc:
             raise StoreError(str(exc)) from exc
 

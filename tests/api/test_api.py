@@ -402,7 +402,7 @@ def fuzz(operation, base_url: str, headers: dict[str, str], failures: list[str])
     """Up to 20 generated requests for one operation (with the admin token on admin paths); 5xx recorded."""
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+    @settings(max_examples=20 * int(os.environ.get("LOOP_DETECTOR_FUZZ_SCALE", "1")), deadline=None, database=None, suppress_health_check=list(HealthCheck),
               derandomize=True)
     @given(case=operation.as_strategy())
     def run(case):

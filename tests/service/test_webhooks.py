@@ -248,7 +248,7 @@ def test_no_webhook_configured_is_a_404(tmp_path, fast_config):
 def serve_process(data_dir: Path, config_path: Path, otlp_port: int, api_port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-m", "detector", "serve", "--data-dir", str(data_dir), "--config", str(config_path),
-         "--otlp-port", str(otlp_port), "--api-port", str(api_port), "--log-level", "WARNING"],
+         "--otlp-port", str(otlp_port), "--api-port", str(api_port), "--otlp-grpc-port", "0", "--log-level", "WARNING"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
