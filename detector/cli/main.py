@@ -8,6 +8,7 @@ import sys
 
 from detector import native
 from detector.settings.config import ConfigError, load_config
+from detector.settings.vocabulary import PRESETS
 
 __all__ = ["DEFAULT_DATA_DIR", "build_parser", "main"]
 
@@ -20,13 +21,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, preset=args.preset)
     except ConfigError as exc:
         print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
         return 2
     if args.shard:
         config.detector.shard = args.shard
-    service = Service(config, args.data_dir, config_path=args.config)
+    service = Service(config, args.data_dir, config_path=args.config, preset=args.preset)
     print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
           f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}; "
           f"detection core: {native.status()}", file=sys.stderr)
@@ -41,7 +42,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     try:
-        load_config(args.file)
+        load_config(args.file, preset=args.preset)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -93,11 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-port", type=int, default=8080)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
+    serve.add_argument("--preset", choices=PRESETS, help=(
+        "protect: blocking that is safe for honest work (calls repeating without progress, the failure loop); the "
+        "config file's own settings override it; default: the file's `preset:`, else never block"))
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(func=_cmd_serve)
 
     check = sub.add_parser("check-config", help="validate a config file, listing every error")
     check.add_argument("file")
+    check.add_argument("--preset", choices=PRESETS, help="validate the file over this preset (as serve --preset)")
     check.set_defaults(func=_cmd_check_config)
 
     demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")

@@ -145,6 +145,7 @@ def block_body(d: Decision, session_id: str) -> dict[str, object]:
         "enforcement_level": LEVEL_HARD_STOP,
         "scope": d.scope,
         "rule_name": d.rule_name,
+        "evidence": d.evidence,
     }}
 
 
