@@ -125,7 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="replay a labeled corpus of agent runs through the real pipeline: recall, "
                         "false positives and detection delay, beside published baselines")
-    ev.add_argument("--corpus", help="directory of scenario JSON files (default: the built-in generated corpus)")
+    ev.add_argument("--corpus", help=(
+        "directory of scenario JSON files, or of recorded sessions (a manifest.json and OTLP/JSON files, as "
+        "detector/evaluation/recordings); default: the built-in generated corpus"))
+    ev.add_argument("--recorded", action="store_true",
+                    help="evaluate the recorded corpus installed with the package (real frameworks' spans)")
     ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
     ev.add_argument("--json", help="also write the results as JSON to this file")
     ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")
@@ -133,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--variants", type=int, help="runs per family in the built-in corpus (default 8)")
     ev.add_argument("--families", help="comma-separated families to keep (default: all)")
     ev.add_argument("--no-blocking-pass", action="store_true",
-                    help="skip the second pass with blocking rules (exact prompt repeat, failure loop) enabled")
+                    help="skip the second pass, with the protect preset (blocking that is safe for honest work)")
     ev.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_eval)
