@@ -73,7 +73,7 @@ SUBSTANCE_CHARS: Final = 200
 # A real wait between repeats: at least POLL_WAIT_NS (the default of loop_detection.progress.poll_wait_seconds) and
 # POLL_THINK_RATIO x the time the model spent on those calls: the agent or the tool waited for the world, rather than
 # the agent thinking and acting at once (a stub model answers in milliseconds, a real one in seconds).
-POLL_WAIT_NS: Final = 500_000_000
+POLL_WAIT_NS: Final = 1_000_000_000
 POLL_THINK_RATIO: Final = 2.0
 BACKOFF_RATIO: Final = 1.3  # waits growing by at least this factor are a backoff
 SIZES_SLACK: Final = 0  # "the same amount back, to the token"
@@ -82,6 +82,10 @@ _MASK64: Final = 0xFFFF_FFFF_FFFF_FFFF
 _NO_INTS: Final[tuple[int, ...]] = ()
 _NO_NAMES: Final[tuple[str, ...]] = ()
 _TOOL_FINISHES: Final = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
+_CUT_FINISHES: Final = frozenset({"length", "max_tokens"})
+# The reply of a call that answered nothing (content captured: no text, no tool call, no tokens): two empty
+# replies are the same reply.
+EMPTY_REPLY: Final = 0xE3E7_7E3E_0000_0001
 
 # What a comparison of two values found (action or observation).
 _UNKNOWN: Final = 0
@@ -115,7 +119,7 @@ class Step:
 
     __slots__ = ("kind", "names", "act", "act_sims", "obs", "obs_sims", "obs_chars", "negative", "errors", "ok",
                  "known", "added", "out_tokens", "wait_ns", "think_ns", "run", "level", "period", "waited", "polling",
-                 "cross", "stored")
+                 "cross", "request", "cut", "idle_ns", "stored")
 
     def __init__(self, kind: int, names: tuple[str, ...], act: int, act_sims: tuple[int, ...], obs: int,
                  obs_sims: tuple[int, ...], obs_chars: int, negative: bool, errors: int, ok: bool, known: bool,
@@ -142,24 +146,32 @@ class Step:
         self.waited = waited  # the waits since that step, this one's included
         self.polling = polling
         self.cross = cross  # the repeated step was in another run (a restart of the run, in a new trace)
+        self.request = 0  # the call's request fingerprint (without content: model, input tokens, parameters)
+        self.cut = False  # the reply was cut at the token limit (a long answer continued over several calls)
+        self.idle_ns = 0  # of wait_ns, the time after the tools had finished (the agent idle, or sleeping)
         self.stored = False  # in a scope's window already (another scope then records on a copy)
 
     def copy(self) -> Step:
-        return Step(self.kind, self.names, self.act, self.act_sims, self.obs, self.obs_sims, self.obs_chars,
+        step = Step(self.kind, self.names, self.act, self.act_sims, self.obs, self.obs_sims, self.obs_chars,
                     self.negative, self.errors, self.ok, self.known, self.added, self.out_tokens, self.wait_ns,
                     self.think_ns, self.run, self.level, self.period, self.waited, self.polling, self.cross)
+        step.request, step.cut, step.idle_ns = self.request, self.cut, self.idle_ns
+        return step
 
     def to_list(self) -> list[Any]:
         return [self.kind, list(self.names), self.act, list(self.act_sims), self.obs, list(self.obs_sims),
                 self.obs_chars, self.negative, self.errors, self.ok, self.known, self.added, self.out_tokens,
-                self.wait_ns, self.think_ns, self.run, self.level, self.period, self.waited, self.polling, self.cross]
+                self.wait_ns, self.think_ns, self.run, self.level, self.period, self.waited, self.polling, self.cross,
+                self.request, self.cut, self.idle_ns]
 
     @classmethod
     def from_list(cls, data: list[Any]) -> Step:
-        return cls(int(data[0]), tuple(str(x) for x in data[1]), int(data[2]), tuple(int(x) for x in data[3]),
+        step = cls(int(data[0]), tuple(str(x) for x in data[1]), int(data[2]), tuple(int(x) for x in data[3]),
                    int(data[4]), tuple(int(x) for x in data[5]), int(data[6]), bool(data[7]), int(data[8]),
                    bool(data[9]), bool(data[10]), int(data[11]), int(data[12]), int(data[13]), int(data[14]),
                    int(data[15]), int(data[16]), int(data[17]), int(data[18]), bool(data[19]), bool(data[20]))
+        step.request, step.cut, step.idle_ns = int(data[21]), bool(data[22]), int(data[23])
+        return step
 
 
 def make_step(turn: Turn, previous: Call | None) -> Step:
@@ -167,6 +179,13 @@ def make_step(turn: Turn, previous: Call | None) -> Step:
     call = turn.call
     step = _step(turn, previous)
     step.run = zlib.crc32(call.trace_id.encode())
+    step.request = call.request_fp
+    step.cut = not _CUT_FINISHES.isdisjoint(call.finish_reasons)
+    step.idle_ns = step.wait_ns
+    if turn.tools and step.wait_ns:
+        tools_end = max(t.end_ns for t in turn.tools)
+        if tools_end > 0:
+            step.idle_ns = max(0, min(step.wait_ns, call.ts_ns - tools_end))
     if not step.known and call.has_content and (call.input_simhash or call.output_simhash):
         step.known = True  # the signals compare its content (a record without the progress fingerprints)
     return step
@@ -222,10 +241,15 @@ def _step(turn: Turn, previous: Call | None) -> Step:
         return Step(STEP_TOOLS, _NO_NAMES, 0, _NO_INTS, 0, _NO_INTS, 0, False, 0, True, False, added, out_tokens,
                     wait_ns, think_ns)
     reply = _mix([call.output_fp or 1] + sorted(call.out_tool_fps)) if call.output_fp or call.out_tool_fps else 0
+    told, told_chars = call.observation_fp, call.observation_chars
+    if not told and call.has_content and call.request_fp:
+        # the new input is not known apart (an empty last message), the whole input is: the same request again
+        told, told_chars = call.request_fp, NUDGE_CHARS
+    if not reply and told and call.output_tokens <= TOKENS_SAME_ABS:
+        reply = EMPTY_REPLY  # content was captured and the reply was empty
     return Step(STEP_TEXT, _NO_NAMES, reply, (call.output_norm_simhash,) if call.output_norm_simhash else _NO_INTS,
-                call.observation_fp, (call.observation_simhash,) if call.observation_fp else _NO_INTS,
-                call.observation_chars, call.observation_empty, 0, True, bool(reply or call.observation_fp), added,
-                out_tokens, wait_ns, think_ns)
+                told, (call.observation_simhash,) if call.observation_fp else _NO_INTS, told_chars,
+                call.observation_empty, 0, True, bool(reply or told), added, out_tokens, wait_ns, think_ns)
 
 
 def _tool_order(t: Call) -> tuple[str, int]:
@@ -268,11 +292,17 @@ def _sized(a: Step, b: Step) -> int:
     out_close = token_closeness(a.out_tokens, b.out_tokens)
     if out_close == 0.0:
         return NONE
+    same_out = abs(a.out_tokens - b.out_tokens) <= TOKENS_SAME_ABS
     if a.added >= 0 and b.added >= 0:
-        if a.added > 0 and abs(a.added - b.added) <= SIZES_SLACK and abs(a.out_tokens - b.out_tokens) <= TOKENS_SAME_ABS:
+        # a tool always brings something back; a text call may bring nothing (a model talking to itself), unless
+        # it is a long answer continued past the token limit
+        grew = a.added > 0 or (a.kind == STEP_TEXT and not a.cut and not b.cut)
+        if grew and abs(a.added - b.added) <= SIZES_SLACK and same_out:
             return SIZES
         if token_closeness(a.added, b.added) == 0.0:
             return NONE
+    elif a.added < 0 and b.added < 0 and a.request and a.request == b.request and same_out:
+        return SIZES  # the context did not grow (the same request sent again): the same request, the same reply size
     return STRUCTURE
 
 
@@ -376,16 +406,26 @@ class Progress:
         polling = False
         waited = 0
         if best > NONE:
-            waited, thought = step.wait_ns, step.think_ns
+            # the waits since the repeated step: a successful call's tools and idle time (a blocking poll waits in
+            # its tool); a failed call's retry, only the time the agent waited, not the time the failing attempt took;
+            # and the steps in between, whole (a `wait` tool's backoff), or their idle time only when they repeated
+            # earlier ones exactly (a restarted run going through the same steps again is not waiting)
+            waited = step.wait_ns if step.ok else step.idle_ns
+            thought = step.think_ns
             for i in range(n - period + 1, n):
-                waited += steps[i].wait_ns
-                thought += steps[i].think_ns
+                between = steps[i]
+                waited += between.idle_ns if between.level == EXACT else between.wait_ns
+                thought += between.think_ns
             earlier = steps[n - period]
             real_wait = waited >= poll_wait_ns and waited >= POLL_THINK_RATIO * thought
             grew = earlier.period == period and earlier.waited > 0 and waited >= BACKOFF_RATIO * earlier.waited
-            if step.ok:
+            if step.kind == STEP_TEXT:
+                polling = False  # a new message after a pause: a person's time, not a poll
+            elif step.ok:
                 polling = real_wait and (period == 1 or grew)
-            else:  # a retry after a real wait (a backoff): the first one, and then while the waits grow
+            elif steps[n - period].run == step.run:
+                # a retry after a real wait (a backoff): the first one, and then while the waits grow (a run restarted
+                # in a new trace is judged by what it brings, not by how long it waited)
                 first_retry = not (earlier.period == period and earlier.waited >= poll_wait_ns)
                 polling = waited >= poll_wait_ns and (first_retry or grew)
         level = NONE if polling else best
@@ -413,17 +453,16 @@ class Progress:
             self.exacts += 1
         if level > self.top:
             self.top = level
-        if level >= SIZES:
-            self.sized += 1
-        # the early warning: exact evidence at the first repeat within a run (A,A; A,B,A), fuzzy evidence at once
-        # back to back and otherwise on two calls, sizes alone (content off) on three; a repeat of another run's
+        self.sized = self.sized + 1 if level >= SIZES else 0  # sizes count in an unbroken run
+        # the early warning: exact evidence at the first repeat within a run (A,A; A,B,A), fuzzy evidence on the
+        # second wasted call in a row, sizes alone (content off) on three in a row; a repeat of another run's
         # steps (a run restarted in a new trace) once the whole of it has repeated: a restarted run may well go
         # another way after its first steps (a transient failure that is gone)
         warn = NONE
         cycle = self.streak >= period
         if level == EXACT and (cycle or not step.cross):
             warn = EXACT
-        elif level >= FUZZY and ((period == 1 and not step.cross) or (cycle and self.streak >= 2)):
+        elif level >= FUZZY and self.streak >= 2 and (cycle or not step.cross):
             warn = FUZZY
         elif level >= SIZES and self.sized >= 3 and self.sized >= period:
             warn = SIZES

@@ -220,6 +220,7 @@ class _Run:
     scenario: Scenario
     t_ns: int
     session: int | None = None
+    run: int = 0
     span: Any = None
     ctx: otel_context.Context | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -290,6 +291,8 @@ def replay(scenarios: Sequence[Scenario], config: AppConfig, *, config_name: str
                 call = run.scenario.calls[i]
                 if call.session != run.session:
                     _start_session(run, call, tracer, tag, start_run)
+                elif call.run != run.run:
+                    _start_trace(run, call, tracer, start_run)  # the run restarted: a new trace, the same session
                 start = run.t_ns + int(call.gap_s * 1e9)
                 run.t_ns = emit_call(tracer, call, session_id=run.session_id, start_ns=start,
                                      capture_content=run.scenario.capture_content, history=run.history,
@@ -318,6 +321,13 @@ def _start_session(run: _Run, call: CallSpec, tracer: Tracer, tag: str, start_ru
     run.session = call.session
     run.session_id = f"eval-{tag}-{run.scenario.id}-s{call.session}"
     run.session_ids.append(run.session_id)
+    _start_trace(run, call, tracer, start_run, end=False)
+
+
+def _start_trace(run: _Run, call: CallSpec, tracer: Tracer, start_run: Callable[..., Any], end: bool = True) -> None:
+    if end and run.span is not None:
+        run.span.end(end_time=run.t_ns)
+    run.run = call.run
     run.history = []
     run.span, run.ctx = start_run(tracer, agent_name=run.scenario.agent_name, session_id=run.session_id,
                                   start_ns=run.t_ns + int(call.gap_s * 1e9) - 1000,

@@ -120,7 +120,7 @@ class ProgressSettings(_Strict):
 
     enabled: bool = True
     early_warning: bool = Field(True, description="warn by the 2nd wasted call on exact evidence (the 3rd on fuzzy)")
-    poll_wait_seconds: float = Field(0.5, ge=0, le=3600, description=(
+    poll_wait_seconds: float = Field(1.0, ge=0, le=3600, description=(
         "a wait (tools and idle time) between repeats that makes them polling, when it is also twice the model's "
         "own time on them"))
     exact_floor: float = Field(0.75, ge=0.0, le=1.0)
