@@ -168,6 +168,8 @@ class _Tuning:
     fuzzy_floor: float
     discount: float
     structure_cap: float  # below warn_confidence: structure alone never warns
+    w_token_velocity: float
+    w_cost_velocity: float
 
     @classmethod
     def of(cls, cfg: LoopDetectionConfig) -> _Tuning:
@@ -176,7 +178,8 @@ class _Tuning:
         return cls(cfg.history_depth, cfg.token_velocity_threshold, cfg.cost_velocity_threshold, cfg.ema_alpha,
                    thresholds, counts_of(cfg), cfg.step_down_after, weight_items(cfg.weights), pr.enabled,
                    pr.enabled and pr.early_warning, int(pr.poll_wait_seconds * 1e9), pr.exact_floor, pr.fuzzy_floor,
-                   pr.progress_discount, STRUCTURE_CAP_SHARE * thresholds[0])
+                   pr.progress_discount, STRUCTURE_CAP_SHARE * thresholds[0], cfg.weights.token_velocity,
+                   cfg.weights.cost_velocity)
 
 
 STRUCTURE_CAP_SHARE: Final = 0.9  # structure-only calls keep their raw confidence below 0.9 x warn_confidence
@@ -282,8 +285,8 @@ def _final_answer(call: Call, history: Sequence[Turn]) -> bool:
 def _weigh_progress(raw: float, values: SignalValues, step: Step, outcome: Outcome, flag: int, tuning: _Tuning) -> float:
     """The raw confidence after progress evidence (applied after the seven signals, which stay as specified):
     repeats that made progress and polling keep ``discount`` of it; calls that repeat without progress get at least
-    the floor of their evidence; a call whose only evidence is structure (no content, no matched error) stays below
-    warn."""
+    the floor of their evidence; what a call whose only evidence is structure (no content, no matched error) adds
+    beside the rates stays below warn."""
     if outcome.polling or outcome.progress:
         return raw * tuning.discount
     level = outcome.level
@@ -293,9 +296,12 @@ def _weigh_progress(raw: float, values: SignalValues, step: Step, outcome: Outco
         return raw if raw > tuning.exact_floor else tuning.exact_floor
     if level == FUZZY:
         return raw if raw > tuning.fuzzy_floor else tuning.fuzzy_floor
-    if (level <= STRUCTURE or (level == SIZES and flag < SIZES)) and not step.known and values.error_cycling == 0.0 \
-            and raw > tuning.structure_cap:
-        return tuning.structure_cap  # sizes alone count once they have raised the warning (three in a row)
+    if (level <= STRUCTURE or (level == SIZES and flag < SIZES)) and not step.known and values.error_cycling == 0.0:
+        # structure stays below warn (sizes alone count once they have raised the warning, three in a row); the rates
+        # (token and cost velocity) are evidence of their own, beside it
+        rate = tuning.w_token_velocity * values.token_velocity + tuning.w_cost_velocity * values.cost_velocity
+        if raw - rate > tuning.structure_cap:
+            return tuning.structure_cap + rate
     return raw
 
 
@@ -479,7 +485,9 @@ class Engine:
             st.virtual_key = call.virtual_key or st.virtual_key
             st.feature = call.feature or st.feature
             st.last_seen_us = now_us
-            outcome = st.progress.observe(step, tuning.poll_wait_ns) if step is not None else None
+            # the trace of a single-trace session holds the session's very steps: it takes the session's outcome
+            if step is not None and (outcome is None or not st.progress.follow(session.progress, step, outcome)):
+                outcome = st.progress.observe(step, tuning.poll_wait_ns)
             shared = self._score(st, turn, view, cfg, tuning, out, shared, step, outcome, final)
         # only now: the trace's window was compared with the session's as it was before this turn
         for st in scopes:

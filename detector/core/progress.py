@@ -31,7 +31,6 @@ alone never. Everything it keeps is plain data (:meth:`Progress.to_json`), so a 
 
 from __future__ import annotations
 
-import zlib
 from typing import Any, Final
 
 from detector.core.models import Call, Turn
@@ -102,6 +101,21 @@ def evidence_rank(name: str) -> int:
     return NONE
 
 
+def _mix1(value: int) -> int:
+    """:func:`_mix` of one value (without the list)."""
+    if not value:
+        return 0
+    return (((0x9E37_79B9_7F4A_7C15 ^ value) * 0x100_0000_01B3) & _MASK64) or 1
+
+
+def _mix2(a: int, b: int) -> int:
+    """:func:`_mix` of two values (without the list)."""
+    if not a or not b:
+        return 0
+    acc = ((0x9E37_79B9_7F4A_7C15 ^ a) * 0x100_0000_01B3) & _MASK64
+    return (((acc ^ b) * 0x100_0000_01B3) & _MASK64) or 1
+
+
 def _mix(values: list[int]) -> int:
     """A stable 64-bit combination of fingerprints (order matters: callers sort); 0 when any is unknown (0)."""
     acc = 0x9E37_79B9_7F4A_7C15
@@ -123,7 +137,7 @@ class Step:
 
     def __init__(self, kind: int, names: tuple[str, ...], act: int, act_sims: tuple[int, ...], obs: int,
                  obs_sims: tuple[int, ...], obs_chars: int, negative: bool, errors: int, ok: bool, known: bool,
-                 added: int, out_tokens: int, wait_ns: int, think_ns: int, run: int = 0, level: int = NONE,
+                 added: int, out_tokens: int, wait_ns: int, think_ns: int, run: str = "", level: int = NONE,
                  period: int = 0, waited: int = 0, polling: bool = False, cross: bool = False) -> None:
         self.kind = kind
         self.names = names  # the tools' names, sorted (tools); () otherwise
@@ -140,7 +154,7 @@ class Step:
         self.out_tokens = out_tokens
         self.wait_ns = wait_ns  # from the end of the trace's previous call to this one: tools and idle time
         self.think_ns = think_ns  # how long the trace's previous call took (the model thinking)
-        self.run = run  # which trace (agent run) it belongs to: a CRC-32 of the trace id
+        self.run = run  # which trace (agent run) it belongs to
         self.level = level
         self.period = period  # how many steps back the repeated step was (0: none)
         self.waited = waited  # the waits since that step, this one's included
@@ -169,7 +183,7 @@ class Step:
         step = cls(int(data[0]), tuple(str(x) for x in data[1]), int(data[2]), tuple(int(x) for x in data[3]),
                    int(data[4]), tuple(int(x) for x in data[5]), int(data[6]), bool(data[7]), int(data[8]),
                    bool(data[9]), bool(data[10]), int(data[11]), int(data[12]), int(data[13]), int(data[14]),
-                   int(data[15]), int(data[16]), int(data[17]), int(data[18]), bool(data[19]), bool(data[20]))
+                   str(data[15]), int(data[16]), int(data[17]), int(data[18]), bool(data[19]), bool(data[20]))
         step.request, step.cut, step.idle_ns = int(data[21]), bool(data[22]), int(data[23])
         return step
 
@@ -178,7 +192,7 @@ def make_step(turn: Turn, previous: Call | None) -> Step:
     """The step of ``turn``; ``previous``: the previous LLM call of the same trace (None for a trace's first)."""
     call = turn.call
     step = _step(turn, previous)
-    step.run = zlib.crc32(call.trace_id.encode())
+    step.run = call.trace_id
     step.request = call.request_fp
     step.cut = not _CUT_FINISHES.isdisjoint(call.finish_reasons)
     step.idle_ns = step.wait_ns
@@ -208,6 +222,13 @@ def _step(turn: Turn, previous: Call | None) -> Step:
                     call.error_fp or 1, False, bool(call.request_fp and call.has_content), added, out_tokens, wait_ns,
                     think_ns)
     tools = turn.tools
+    if len(tools) == 1:  # the usual tool step: one tool (no sorting, no lists)
+        t = tools[0]
+        failed = t.is_error
+        return Step(STEP_TOOLS, (t.tool_name,), _mix1(t.args_fp or t.tool_fp), (t.args_simhash,),
+                    _mix1(t.error_fp if failed else t.observation_fp), (0 if failed else t.observation_simhash,),
+                    t.observation_chars, failed or t.observation_empty, _mix1(t.error_fp or 1) if failed else 0,
+                    not failed, bool(t.observation_fp or t.args_fp), added, out_tokens, wait_ns, think_ns)
     if tools:
         ordered = sorted(tools, key=_tool_order)
         names = tuple([t.tool_name for t in ordered])
@@ -227,6 +248,13 @@ def _step(turn: Turn, previous: Call | None) -> Step:
         return Step(STEP_TOOLS, names, _mix(acts), tuple([t.args_simhash for t in ordered]), _mix(obs),
                     tuple([0 if t.is_error else t.observation_simhash for t in ordered]), chars, negative,
                     _mix(errors) if errors else 0, not errors, known, added, out_tokens, wait_ns, think_ns)
+    if previous is not None and len(previous.out_tool_names) == 1:
+        # no tool spans: the tool the previous call asked for, and its result in this call's new input
+        sims = previous.out_tool_arg_simhashes
+        return Step(STEP_TOOLS, previous.out_tool_names, _mix1(previous.out_tool_fps[0] if previous.out_tool_fps else 0),
+                    (sims[0] if sims else 0,), call.observation_fp,
+                    (call.observation_simhash,) if call.observation_fp else _NO_INTS, call.observation_chars,
+                    call.observation_empty, 0, True, bool(call.observation_fp), added, out_tokens, wait_ns, think_ns)
     if previous is not None and previous.out_tool_names:
         # no tool spans: the tools the previous call asked for, and their results in this call's new input
         pairs = sorted(zip(previous.out_tool_names, previous.out_tool_fps, _padded(previous.out_tool_arg_simhashes,
@@ -240,7 +268,13 @@ def _step(turn: Turn, previous: Call | None) -> Step:
         # no tool spans and no content (openai-v2's default): tools ran, which ones is unknown
         return Step(STEP_TOOLS, _NO_NAMES, 0, _NO_INTS, 0, _NO_INTS, 0, False, 0, True, False, added, out_tokens,
                     wait_ns, think_ns)
-    reply = _mix([call.output_fp or 1] + sorted(call.out_tool_fps)) if call.output_fp or call.out_tool_fps else 0
+    out_tools = call.out_tool_fps
+    if not out_tools:
+        reply = _mix1(call.output_fp)
+    elif len(out_tools) == 1:
+        reply = _mix2(call.output_fp or 1, out_tools[0])
+    else:
+        reply = _mix([call.output_fp or 1] + sorted(out_tools))
     told, told_chars = call.observation_fp, call.observation_chars
     if not told and call.has_content and call.request_fp:
         # the new input is not known apart (an empty last message), the whole input is: the same request again
@@ -344,6 +378,19 @@ def match(a: Step, b: Step) -> int:
     return _sized(a, b) if seen == _UNKNOWN else NONE
 
 
+def _progressed(a: Step, b: Step) -> bool:
+    """Whether ``a`` repeats the action of ``b`` (exactly, or reworded) and brought back something known to be new: a
+    poll that moved, the next page, a retry that succeeded. (Sizes that differ, content capture off, prove nothing.)"""
+    if a.kind != STEP_TOOLS or b.kind != STEP_TOOLS or not a.names or a.names != b.names:
+        return False
+    if a.ok != b.ok:
+        return True
+    if not (a.obs and b.obs) or a.obs == b.obs:
+        return False
+    return _compare(a.act, b.act, a.act_sims, b.act_sims) >= _SIMILAR \
+        and _compare(a.obs, b.obs, a.obs_sims, b.obs_sims) == _DIFFERENT
+
+
 def _match_text(a: Step, b: Step) -> int:
     reply = _compare(a.act, b.act, a.act_sims, b.act_sims, REPLY_BITS)
     if reply == _DIFFERENT:
@@ -400,12 +447,11 @@ class Progress:
                 best, period = level, p
                 if level == EXACT:
                     break
-            elif level == NONE and not repeated and step.kind == STEP_TOOLS and earlier.kind == STEP_TOOLS \
-                    and step.names and step.names == earlier.names:
-                repeated = True  # the same tools again, with something new: progress
+            elif level == NONE and not repeated and _progressed(step, earlier):
+                repeated = True  # the same action again, and something new came back: progress
         polling = False
         waited = 0
-        if best > NONE:
+        if best >= SIZES:  # the same call and result (or amount): a poll, when waited for (structure proves nothing)
             # the waits since the repeated step: a successful call's tools and idle time (a blocking poll waits in
             # its tool); a failed call's retry, only the time the agent waited, not the time the failing attempt took;
             # and the steps in between, whole (a `wait` tool's backoff), or their idle time only when they repeated
@@ -481,6 +527,28 @@ class Progress:
                 if anchored == EXACT:
                     self.exacts = self.streak
         return Outcome(level, period, False, False, cycle or not step.cross)
+
+    def follow(self, other: Progress, step: Step, outcome: Outcome) -> bool:
+        """When this window holds the very steps of ``other`` (a trace that is its session's only one), take the
+        step ``other`` just observed, with its outcome, rather than compare it again; False when they differ."""
+        mine, theirs = self.steps, other.steps
+        n = len(theirs)
+        if len(mine) + 1 != n and not (len(mine) == WINDOW and n == WINDOW):
+            return False
+        if not n or theirs[n - 1] is not step:
+            return False
+        offset = len(mine) - n + 1  # 1 when the window is full (its oldest step goes), else 0
+        for i in range(n - 1):
+            if mine[i + offset] is not theirs[i]:
+                return False
+        if self.streak != other.streak - (1 if outcome.level > NONE else 0) and outcome.level > NONE:
+            return False
+        mine.append(step)
+        if len(mine) > WINDOW:
+            del mine[0]
+        self.streak, self.strong, self.top = other.streak, other.strong, other.top
+        self.flag, self.exacts, self.sized = other.flag, other.exacts, other.sized
+        return True
 
     def warning(self) -> int:
         """The early warning's evidence: ``NONE`` unless the latest calls repeat without progress (see the module
