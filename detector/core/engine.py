@@ -62,6 +62,7 @@ from detector.settings.vocabulary import (
     DETECTOR_TRACE_CAP,
     DETECTOR_VELOCITY,
     EVENT_ESCALATION,
+    EVENT_PROGRESS,
     EVENT_RULE,
     EVENT_RULE_CLEAR,
     EVIDENCE_NONE,
@@ -693,12 +694,12 @@ class Engine:
         st.from_flag_event = flag
         if flag and not raised:
             out.events.append(self._event(
-                st, turn, kind=EVENT_RULE, detector=DETECTOR_NO_PROGRESS, action=ACTION_WARN, from_level=st.level,
+                st, turn, kind=EVENT_PROGRESS, detector=DETECTOR_NO_PROGRESS, action=ACTION_WARN, from_level=st.level,
                 to_level=st.level, message=f"repeating without progress ({EVIDENCE_NAMES[flag]} evidence)",
                 evidence=EVIDENCE_NAMES[flag]))
         elif not flag:
             out.events.append(self._event(
-                st, turn, kind=EVENT_RULE_CLEAR, detector=DETECTOR_NO_PROGRESS, action=ACTION_ALLOW,
+                st, turn, kind=EVENT_PROGRESS, detector=DETECTOR_NO_PROGRESS, action=ACTION_ALLOW,
                 from_level=st.level, to_level=st.level, message="progress resumed",
                 evidence=EVIDENCE_NAMES[raised]))
 

@@ -13,7 +13,7 @@ from typing import Final, Literal
 __all__ = [
     "ACTIONS", "ACTION_ALLOW", "ACTION_BLOCK", "ACTION_INJECT", "ACTION_THROTTLE", "ACTION_WARN", "Action",
     "BUDGET_ALERT", "BUDGET_BLOCK", "BUDGET_SCOPES", "BudgetAction", "BudgetScope",
-    "EVENT_BUDGET", "EVENT_ESCALATION", "EVENT_MANUAL", "EVENT_RULE", "EVENT_RULE_CLEAR", "EventKind",
+    "EVENT_BUDGET", "EVENT_ESCALATION", "EVENT_MANUAL", "EVENT_PROGRESS", "EVENT_RULE", "EVENT_RULE_CLEAR", "EventKind",
     "SESSION_SOURCE_TRACE",
     "AlertEventKind", "DETECTOR_BLOCK_SESSION", "DETECTOR_BUDGET", "DETECTOR_MANUAL", "DETECTOR_RESET_SESSION", "DETECTOR_REVOKE_KEY",
     "MANUAL_BLOCK", "MANUAL_REVOKE", "ManualScope",
@@ -108,13 +108,16 @@ DETECTOR_RESET_SESSION: Final = "reset_session"
 SESSION_SOURCE_TRACE: Final = "trace"
 
 # -- kinds of otel.loop_events rows ----------------------------------------------------------------------------
-EventKind = Literal["escalation", "rule", "rule_clear", "budget", "manual"]
+EventKind = Literal["escalation", "rule", "rule_clear", "budget", "manual", "progress"]
 AlertEventKind = Literal["escalation", "rule", "budget"]  # the kinds a webhook can subscribe to
 EVENT_ESCALATION: Final = "escalation"  # a confidence level changed
 EVENT_RULE: Final = "rule"  # a rule tripped
 EVENT_RULE_CLEAR: Final = "rule_clear"  # a tripped rule's condition cleared
 EVENT_BUDGET: Final = "budget"  # a budget was exhausted
 EVENT_MANUAL: Final = "manual"  # an operator's action
+# the early warning (detector no_progress) raised (action warn) or lifted (action allow): on the timeline, not sent
+# to webhooks (a warn-level signal, often short-lived; a no_progress *rule* trips as a rule does)
+EVENT_PROGRESS: Final = "progress"
 
 # -- a budget's action: an alert (event, webhook) or a block ----------------------------------------------------
 BudgetAction = Literal["alert", "block"]

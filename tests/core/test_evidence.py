@@ -24,10 +24,10 @@ def test_the_early_warning_is_an_event_that_says_its_evidence_and_lifts_with_an_
     for c in stuck_run() + [agent_tool(50, "read_file", at=20.0, args=10, result=100),
                             agent_llm(51, at=20.5, tokens=(3000, 40), text=5)]:
         events += engine.process([c], now_us=c.ts_ns // 1000).events
-    raised = [e for e in events if e["detector"] == "no_progress" and e["kind"] == "rule"]
-    lifted = [e for e in events if e["detector"] == "no_progress" and e["kind"] == "rule_clear"]
+    raised = [e for e in events if e["kind"] == "progress" and e["action"] == "warn"]
+    lifted = [e for e in events if e["kind"] == "progress" and e["action"] == "allow"]
     assert {e["scope"] for e in raised} == {"session", "trace"} and {e["evidence"] for e in raised} == {"exact"}
-    assert all(e["action"] == "warn" for e in raised)
+    assert all(e["detector"] == "no_progress" for e in raised + lifted)
     assert {e["scope"] for e in lifted} == {"session", "trace"}  # the new result lifted it
     escalations = [e for e in events if e["kind"] == "escalation"]
     assert escalations and all(e["evidence"] in ("exact", "fuzzy") for e in escalations if e["to_level"] != "none")

@@ -23,7 +23,9 @@ def run_agents(otlp: str, api: str, sessions: dict[str, object], steps: int, cap
         for i in range(steps):
             for session, make_step in sessions.items():
                 r = runs[session]
-                r["t"] = emit_step(tracer, make_step(i), session_id=session, start_ns=max(r["t"], time.time_ns()),
+                # in the agent's own time, each step right after the last: the harness's wait for the detector is
+                # not the agent waiting (which a poll does)
+                r["t"] = emit_step(tracer, make_step(i), session_id=session, start_ns=r["t"],
                                    history=r["history"], parent=r["ctx"], capture_content=capture_content)
             provider.force_flush()
             wait_for_watermark(api, time.time_ns() // 1000)
