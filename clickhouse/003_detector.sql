@@ -48,10 +48,13 @@ CREATE TABLE IF NOT EXISTS otel.loop_scores (
     dominant_signal LowCardinality(String),
     tokens UInt64,
     cost_usd Float64,
-    inserted_at DateTime64(6) DEFAULT now64(6)
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = MergeTree()
 PARTITION BY toDate(inserted_at)
 ORDER BY (scope, scope_id, ts);
+
+ALTER TABLE otel.loop_scores ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 -- The event log: escalation transitions, rule trips, budget and manual actions.
 CREATE TABLE IF NOT EXISTS otel.loop_events (

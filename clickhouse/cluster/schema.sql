@@ -388,13 +388,18 @@ CREATE TABLE IF NOT EXISTS otel.loop_scores_local ON CLUSTER 'loop_cluster' (
     dominant_signal LowCardinality(String),
     tokens UInt64,
     cost_usd Float64,
-    inserted_at DateTime64(6) DEFAULT now64(6)
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/otel/loop_scores_local', '{replica}')
 PARTITION BY toDate(inserted_at)
 ORDER BY (scope, scope_id, ts);
 
 CREATE TABLE IF NOT EXISTS otel.loop_scores ON CLUSTER 'loop_cluster' AS otel.loop_scores_local
 ENGINE = Distributed('loop_cluster', 'otel', 'loop_scores_local', cityHash64(scope_id));
+
+ALTER TABLE otel.loop_scores_local ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
+
+ALTER TABLE otel.loop_scores ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 CREATE TABLE IF NOT EXISTS otel.loop_events_local ON CLUSTER 'loop_cluster' (
     ts DateTime64(9),

@@ -62,7 +62,7 @@ LIMIT 1000
 SESSION_SCORES = """
 SELECT toString(ts) AS time, span_id, trace_id, content_similarity, tool_call_repetition, response_stagnation,
        error_cycling, token_velocity, context_growth, cost_velocity, raw_confidence, confidence, level,
-       dominant_signal, tokens, cost_usd
+       dominant_signal, tokens, cost_usd, evidence
 FROM otel.loop_scores
 WHERE scope = 'session' AND scope_id = {session_id:String}
 ORDER BY ts DESC

@@ -65,8 +65,11 @@ from detector.settings.vocabulary import (
     EVENT_PROGRESS,
     EVENT_RULE,
     EVENT_RULE_CLEAR,
+    EVIDENCE_EXACT,
+    EVIDENCE_FUZZY,
     EVIDENCE_NONE,
     EVIDENCE_RATE,
+    EVIDENCE_STRUCTURE,
     LEVEL_INJECT,
     MODE_ENFORCE,
     RULE_BLOCK,
@@ -306,14 +309,29 @@ def _weigh_progress(raw: float, values: SignalValues, step: Step, outcome: Outco
     return raw
 
 
-def _scope_evidence(st: ScopeState, outcome: Outcome, dominant: str) -> str:
-    """What the scope's escalation rests on now: its current run of wasted calls, or velocity; an escalated scope
-    whose loop broke keeps the evidence it escalated on until it steps down."""
-    progress = st.progress
-    if progress.streak:
-        return EVIDENCE_NAMES[progress.top]
-    if dominant in _RATE_SIGNALS:
+def _call_evidence(level: int, step: Step, values: SignalValues, dominant: str) -> str:
+    """What one call's score rests on: its progress evidence; below sizes, the content the signals compared (fuzzy),
+    else the rates, else structure; none when nothing repeated."""
+    if level >= SIZES:
+        return EVIDENCE_NAMES[level]
+    if values == NO_SIGNALS:
+        return EVIDENCE_NONE
+    if step.known and (values.content_similarity or values.response_stagnation or values.tool_call_repetition):
+        return EVIDENCE_FUZZY
+    if dominant in _RATE_SIGNALS or values.token_velocity or values.cost_velocity:
         return EVIDENCE_RATE
+    return EVIDENCE_STRUCTURE if level == STRUCTURE or values.error_cycling == 0.0 else EVIDENCE_EXACT
+
+
+def _scope_evidence(st: ScopeState, call_evidence: str) -> str:
+    """What the scope's escalation rests on now: the strongest evidence of its current run of wasted calls (sizes
+    and better), else its latest call's; an escalated scope whose loop broke keeps the evidence it escalated on until
+    it steps down."""
+    progress = st.progress
+    if progress.streak and progress.top >= SIZES:
+        return EVIDENCE_NAMES[progress.top]
+    if call_evidence != EVIDENCE_NONE:
+        return call_evidence
     if st.escalation.level > 0:
         return st.evidence
     return EVIDENCE_NONE
@@ -555,11 +573,13 @@ class Engine:
                 scored = ScopeScore(window, values, raw, dominant, named)
         raw = scored.raw
         dominant = scored.dominant
+        evidence = EVIDENCE_NONE
         if outcome is not None and step is not None:
             raw = _weigh_progress(raw, scored.values, step, outcome, st.progress.flag, tuning)
             if raw > scored.raw and dominant == DETECTOR_NONE:
                 dominant = _STEP_SIGNAL[step.kind]
-            st.evidence = _scope_evidence(st, outcome, dominant)
+            evidence = _call_evidence(outcome.level, step, scored.values, dominant)
+            st.evidence = _scope_evidence(st, evidence)
         st.ema = confidence = ema(st.ema, raw, tuning.alpha)
         if confidence > st.peak:
             st.peak = confidence
@@ -577,7 +597,7 @@ class Engine:
             st.last_ns = call.ts_ns
         out.scores.append(call.ts_ns, st.scope, st.scope_id, st.session_id, call.trace_id, call.span_id,
                           call.virtual_key, call.feature, scored.values, raw, confidence, LEVELS[escalation.level],
-                          dominant, tokens, turn.cost_usd)
+                          dominant, tokens, turn.cost_usd, evidence)
         if transition is None:
             return scored
         if transition.to_level == LEVEL_INJECT and transition.up:

@@ -38,7 +38,8 @@ def score_table(scores: ScoreColumns) -> pa.Table:
     columns.update({"raw_confidence": pa.array(scores.raw_confidence, real),
                     "confidence": pa.array(scores.confidence, real), "level": pa.array(scores.level, text),
                     "dominant_signal": pa.array(scores.dominant_signal, text),
-                    "tokens": pa.array(scores.tokens, pa.uint64()), "cost_usd": pa.array(scores.cost_usd, real)})
+                    "tokens": pa.array(scores.tokens, pa.uint64()), "cost_usd": pa.array(scores.cost_usd, real),
+                    "evidence": pa.array(scores.evidence, text)})
     return pa.table(columns)
 
 

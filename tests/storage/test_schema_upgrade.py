@@ -60,6 +60,7 @@ def test_an_older_data_directory_is_upgraded_in_place(store):
         store.command(f"ALTER TABLE otel.genai_calls DROP COLUMN {name}")
     store.command("ALTER TABLE otel.loop_events DROP COLUMN evidence")
     store.command("ALTER TABLE otel.loop_decisions DROP COLUMN evidence")
+    store.command("ALTER TABLE otel.loop_scores DROP COLUMN evidence")
     store.command(LEGACY_VIEW)
     store.command("TRUNCATE TABLE otel.loop_meta")
     insert_rows(store, "otel.loop_decisions", [{"scope": "session", "scope_id": "old", "action": "warn",
@@ -93,7 +94,8 @@ def test_applying_the_schema_again_changes_nothing(store):
 
 def test_the_cluster_rewrite_understands_the_upgrade_statements():
     alters = [s for s in ddl_statements() if s.startswith("ALTER TABLE")]
-    assert {s.split()[2] for s in alters} == {"otel.genai_calls", "otel.loop_events", "otel.loop_decisions"}
+    assert {s.split()[2] for s in alters} == {"otel.genai_calls", "otel.loop_scores", "otel.loop_events",
+                                              "otel.loop_decisions"}
     rewritten = cluster_statements(alters, "prod")
     assert len(rewritten) == 2 * len(alters)  # the local table and the Distributed one over it
     assert all("ON CLUSTER 'prod'" in s and "ADD COLUMN IF NOT EXISTS" in s for s in rewritten)
