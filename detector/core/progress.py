@@ -19,13 +19,15 @@ observation does not change, or a near-identical reply), ``SIZES`` (content capt
 back the same amount, answered with the same number of tokens, to the token), ``STRUCTURE`` (the same shape only:
 the same tool names, similar token counts), or ``NONE``. A repeated action whose observation changed is
 **progress** (a poll that moves, pages that differ, a retry that succeeds), and so is a reply to a new input of
-substance. Repeats with a real wait between them are **polling** (the agent or the tool waits for the world):
-successful back-to-back repeats after a wait of ``poll_wait_ns``, repeats whose waits grow (backoff), and a failed
-call retried once after a wait (a second retry is held to the backoff rule).
+substance. Repeats with a real wait between them are **polling** (the agent or the tool waits for the world): a
+successful back-to-back repeat after a wait of ``poll_wait_ns`` that is also twice the model's own time, repeats
+whose waits grow by ``BACKOFF_RATIO`` (backoff), and a failed call retried once after a wait (then only while the
+waits grow); a run restarted in a new trace is judged by what it brings back, not by how long it waited.
 
-:class:`Progress` keeps a scope's window and streak, and raises the early warning (:meth:`Progress.warning`): by the
-second wasted call when the evidence is exact, the third when it is fuzzy, the fourth for sizes alone; structure
-alone never. Everything it keeps is plain data (:meth:`Progress.to_json`), so a restart resumes exactly.
+:class:`Progress` keeps a scope's window and streak, and raises the early warning (:meth:`Progress.warning`): on
+exact evidence at the first repeat within a run (A,A; A,B,A), on fuzzy evidence at the second wasted call in a row,
+on sizes alone at the third in a row, on a repeat of another run (a restart) once the whole of it has repeated;
+structure alone never. Everything it keeps is plain data (:meth:`Progress.to_json`), so a restart resumes exactly.
 ``docs/signals.md`` ("Progress") gives the rules and why.
 """
 
@@ -39,8 +41,8 @@ from detector.settings.vocabulary import EVIDENCE
 
 __all__ = [
     "EVIDENCE_NAMES", "EXACT", "FUZZY", "NONE", "NUDGE_CHARS", "Outcome", "POLL_WAIT_NS", "Progress", "SIZES",
-    "STRUCTURE", "STEP_FAILED", "STEP_TEXT", "STEP_TOOLS", "SUBSTANCE_CHARS", "Step", "WINDOW", "evidence_rank",
-    "make_step", "match",
+    "STRUCTURE", "STEP_FAILED", "STEP_TEXT", "STEP_TOOLS", "SUBSTANCE_CHARS", "Step", "WINDOW", "make_step",
+    "match",
 ]
 
 # Evidence levels, weakest first (their names are the vocabulary's EVIDENCE_* words, in this order).
@@ -91,14 +93,6 @@ _UNKNOWN: Final = 0
 _DIFFERENT: Final = 1
 _SIMILAR: Final = 2
 _SAME: Final = 3
-
-
-def evidence_rank(name: str) -> int:
-    """The rank of an evidence name (``EVIDENCE_NAMES``); unknown names rank as ``NONE``."""
-    for i in range(len(EVIDENCE_NAMES)):
-        if EVIDENCE_NAMES[i] == name:
-            return i
-    return NONE
 
 
 def _mix1(value: int) -> int:
@@ -422,7 +416,7 @@ class Outcome:
 class Progress:
     """A scope's progress window: its last ``WINDOW`` steps, the current run of wasted steps, the early warning."""
 
-    __slots__ = ("steps", "streak", "strong", "top", "flag", "exacts", "sized")
+    __slots__ = ("steps", "streak", "strong", "top", "flag", "exacts", "sized", "mirror")
 
     def __init__(self, steps: list[Step] | None = None, streak: int = 0, strong: int = 0, top: int = NONE,
                  flag: int = NONE, exacts: int = 0, sized: int = 0) -> None:
@@ -433,6 +427,7 @@ class Progress:
         self.flag = flag  # the early warning's evidence (NONE: no warning)
         self.exacts = exacts  # wasted steps in the streak with exact evidence
         self.sized = sized  # with sizes evidence or better
+        self.mirror: Progress | None = None  # the session whose steps this trace's window holds (not persisted)
 
     def observe(self, step: Step, poll_wait_ns: int) -> Outcome:
         """Compare a new step with the window, record it, update the streak and the warning."""
@@ -440,15 +435,14 @@ class Progress:
         n = len(steps)
         best, period = NONE, 0
         repeated = False
-        for p in range(1, n + 1):
-            earlier = steps[n - p]
+        age = n
+        for earlier in steps:  # oldest first (a plain list walk, compiled); the newest of the strongest wins
             level = match(step, earlier)
-            if level > best:
-                best, period = level, p
-                if level == EXACT:
-                    break
+            if level >= best and level > NONE:
+                best, period = level, age
             elif level == NONE and not repeated and _progressed(step, earlier):
                 repeated = True  # the same action again, and something new came back: progress
+            age -= 1
         polling = False
         waited = 0
         if best >= SIZES:  # the same call and result (or amount): a poll, when waited for (structure proves nothing)
@@ -534,15 +528,22 @@ class Progress:
         mine, theirs = self.steps, other.steps
         n = len(theirs)
         if len(mine) + 1 != n and not (len(mine) == WINDOW and n == WINDOW):
+            self.mirror = None
             return False
         if not n or theirs[n - 1] is not step:
+            self.mirror = None
             return False
-        offset = len(mine) - n + 1  # 1 when the window is full (its oldest step goes), else 0
-        for i in range(n - 1):
-            if mine[i + offset] is not theirs[i]:
+        if self.mirror is not other or (n >= 2 and theirs[n - 2] is not mine[len(mine) - 1]):
+            # not known to mirror it (or it took another trace's step since): compare the windows whole
+            offset = len(mine) - n + 1  # 1 when the window is full (its oldest step goes), else 0
+            for i in range(n - 1):
+                if mine[i + offset] is not theirs[i]:
+                    self.mirror = None
+                    return False
+            if outcome.level > NONE and self.streak != other.streak - 1:
+                self.mirror = None
                 return False
-        if self.streak != other.streak - (1 if outcome.level > NONE else 0) and outcome.level > NONE:
-            return False
+            self.mirror = other
         mine.append(step)
         if len(mine) > WINDOW:
             del mine[0]

@@ -1,21 +1,25 @@
 """``loop-detector eval``: replay a labeled corpus through the real pipeline and measure detection quality.
 
-Every scenario of the corpus (:mod:`detector.evaluation.corpus`) becomes real GenAI spans, emitted with the
-OpenTelemetry SDK and its OTLP/HTTP exporter into a service running in-process (receiver -> chDB ->
-materialized view -> scheduled detector -> decision API). The runs are replayed concurrently, one call
-of every run per round: emit, ``force_flush``, wait until the detector's watermark has passed the flush,
-then read every run's decision with ``GET /v1/decision`` (its session, trace and key), as an agent would
-before its next call. Span times are realistic (each run is anchored so that it ends about now), because
-the velocity signals use span time, not wall time.
+Two corpora: the generated one (:mod:`detector.evaluation.corpus`: every scenario becomes real GenAI spans, emitted
+with the OpenTelemetry SDK and its OTLP/HTTP exporter) and the recorded one (:mod:`detector.evaluation.recorded`:
+sessions as real frameworks' own instrumentation exported them, posted as OTLP/JSON with their timestamps moved to
+now and every gap kept). Either goes into a service running in-process (receiver -> chDB -> materialized view ->
+scheduled detector -> decision API), once per configuration: the defaults and ``preset: protect``. The runs are
+replayed concurrently, one LLM call of every run per round: send, wait until the detector's watermark has passed
+it (and one more cycle), then read every run's decision for its session and trace with ``GET /v1/decision``, as an
+agent would before its next call. Span times are realistic, because the velocity signals and polling use span
+time, not wall time.
 
 The baselines of ``detector/evaluation/baselines`` then read the very rows the pipeline stored, call by call, so every
-system is measured on the same data. Metrics, per family and overall:
+system is measured on the same data. Metrics, per family, overall and per content mode (captured or not):
 
 - recall at warn (a loop run is caught when any action above ``allow`` happens at or after its onset) and
   at block (a ``block`` at or after onset);
-- false-positive rate on legit runs: any action above ``allow``; any ``block``;
-- detection delay in calls from onset to the first warn and to the first block (median and max);
-- early alarms: loop runs flagged during their legitimate prefix (before onset).
+- false flags (any action above ``allow`` in an honest run) and false blocks (any ``block``);
+- wasted calls to the first warn and to the first block, the first wasted call counting as 1 (median, p90, max;
+  ``delay_*`` keep the count from 0);
+- early alarms: loop runs flagged during their legitimate prefix (before onset);
+- issue 15's targets per preset and content mode (:data:`PRESET_TARGETS`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from detector.settings.config import AppConfig, parse_config
 from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_WARN, LEVEL_NONE
 
 __all__ = [
-    "BLOCKING_RULES_CONFIG", "GroupMetrics", "LOOP_DETECTOR", "LOOP_DETECTOR_BLOCKING", "LOOP_DETECTOR_PROTECT",
+    "GroupMetrics", "LOOP_DETECTOR", "LOOP_DETECTOR_PROTECT",
     "PRESET_TARGETS", "Progress", "Replay", "check_preset_targets", "replay_recorded", "stored_steps_of_traces",
     "RunScore", "SELECT_CALL_ROWS", "SELECT_CONTENT_HASHES", "System", "TARGET_FP_RATE", "TARGET_MEDIAN_DELAY_WARN",
     "TARGET_RECALL_WARN", "baseline_actions", "check_targets", "emit_call", "eval_service_config",
@@ -56,20 +60,6 @@ __all__ = [
 
 LOOP_DETECTOR = "loop-detector"  # the default configuration (it never blocks)
 LOOP_DETECTOR_PROTECT = "loop-detector (protect)"  # preset: protect
-LOOP_DETECTOR_BLOCKING = LOOP_DETECTOR_PROTECT  # the second configuration measured (was: the default + block rules)
-
-# The second configuration measured by default: the default loop_detection block, with the exact prompt
-# repeat and failure loop rules set to block (the per-trace caps stay notify, as shipped).
-BLOCKING_RULES_CONFIG: dict[str, Any] = {
-    "rules": [
-        {"name": "Loop: Exact prompt repeat", "detector": "exact_prompt_repeat", "action": "block"},
-        {"name": "Loop: Failure loop", "detector": "failure_loop", "action": "block"},
-        {"name": "Loop: Per-trace call cap", "detector": "trace_cap", "action": "notify",
-         "params": {"unit": "calls", "threshold": 25}},
-        {"name": "Loop: Per-trace cost cap", "detector": "trace_cap", "action": "notify",
-         "params": {"unit": "usd", "threshold": 5.0}},
-    ],
-}
 
 TARGET_RECALL_WARN = 0.95
 TARGET_FP_RATE = 0.02
