@@ -92,6 +92,9 @@ _SIGNAL_NAMES: Final[tuple[str, ...]] = SIGNAL_NAMES
 _OUTPUT_MARKS = itertools.count(1)
 _TOOL_FINISHES: Final = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
 _RATE_SIGNALS: Final = frozenset({"token_velocity", "cost_velocity"})
+_ERROR: Final = 3  # indices in SignalValues (SIGNAL_NAMES order): compiled, an index is cheaper than a field name
+_TOKEN_VELOCITY: Final = 4
+_COST_VELOCITY: Final = 6
 # The signal a floored score names when the signals themselves were quiet (a reworded search: no two calls alike,
 # the same nothing back), by the kind of step that repeated.
 _STEP_SIGNAL: Final = ("tool_call_repetition", "content_similarity", "error_cycling")
@@ -241,6 +244,7 @@ class PlannedRule:
     same_error_repeats: int = 0
     wasted_calls: int = 0  # no_progress
     min_level: int = 0
+    no_progress: bool = False
 
     @classmethod
     def of(cls, rule: Rule, params: Any) -> PlannedRule:
@@ -260,6 +264,7 @@ class PlannedRule:
             planned.same_tool_repeats = params.same_tool_repeats
             planned.same_error_repeats = params.same_error_repeats
         elif rule.detector == DETECTOR_NO_PROGRESS:
+            planned.no_progress = True
             planned.wasted_calls = params.wasted_calls
             planned.min_level = EXACT if params.min_evidence == "exact" else FUZZY
         return planned
@@ -300,10 +305,10 @@ def _weigh_progress(raw: float, values: SignalValues, step: Step, outcome: Outco
         return raw if raw > tuning.exact_floor else tuning.exact_floor
     if level == FUZZY:
         return raw if raw > tuning.fuzzy_floor else tuning.fuzzy_floor
-    if (level <= STRUCTURE or (level == SIZES and flag < SIZES)) and not step.known and values.error_cycling == 0.0:
+    if (level <= STRUCTURE or (level == SIZES and flag < SIZES)) and not step.known and values[_ERROR] == 0.0:
         # structure stays below warn (sizes alone count once they have raised the warning, three in a row); the rates
         # (token and cost velocity) are evidence of their own, beside it
-        rate = tuning.w_token_velocity * values.token_velocity + tuning.w_cost_velocity * values.cost_velocity
+        rate = tuning.w_token_velocity * values[_TOKEN_VELOCITY] + tuning.w_cost_velocity * values[_COST_VELOCITY]
         if raw - rate > tuning.structure_cap:
             return tuning.structure_cap + rate
     return raw
@@ -314,13 +319,13 @@ def _call_evidence(level: int, step: Step, values: SignalValues, dominant: str) 
     else the rates, else structure; none when nothing repeated."""
     if level >= SIZES:
         return EVIDENCE_NAMES[level]
-    if values == NO_SIGNALS:
+    if values is NO_SIGNALS:  # (the engine's one record of no evidence at all)
         return EVIDENCE_NONE
-    if step.known and (values.content_similarity or values.response_stagnation or values.tool_call_repetition):
+    if step.known and (values[0] or values[1] or values[2]):  # content similarity, tool repetition, stagnation
         return EVIDENCE_FUZZY
-    if dominant in _RATE_SIGNALS or values.token_velocity or values.cost_velocity:
+    if dominant in _RATE_SIGNALS or values[_TOKEN_VELOCITY] or values[_COST_VELOCITY]:
         return EVIDENCE_RATE
-    return EVIDENCE_STRUCTURE if level == STRUCTURE or values.error_cycling == 0.0 else EVIDENCE_EXACT
+    return EVIDENCE_STRUCTURE if level == STRUCTURE or values[_ERROR] == 0.0 else EVIDENCE_EXACT
 
 
 def _scope_evidence(st: ScopeState, call_evidence: str) -> str:
@@ -527,7 +532,7 @@ class Engine:
         trace.failure.advance(tools, errors)
         for rule in self._rule_plan():
             if rule.enabled:
-                if rule.detector == DETECTOR_NO_PROGRESS:
+                if rule.no_progress:
                     for st in scopes:
                         self._evaluate_no_progress(rule, st, turn, out)
                 else:
