@@ -83,7 +83,7 @@ def start_service(workdir: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     api_port, otlp_port = free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "detector", "serve", "--config", str(path), "--data-dir", str(workdir / "data"),
-         "--api-port", str(api_port), "--otlp-port", str(otlp_port), "--log-level", "WARNING"],
+         "--api-port", str(api_port), "--otlp-port", str(otlp_port), "--otlp-grpc-port", "0", "--log-level", "WARNING"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     api, otlp = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{otlp_port}"
     wait_ready(api + "/healthz")

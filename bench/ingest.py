@@ -1,4 +1,4 @@
-"""OTLP/HTTP ingest benchmark: GenAI spans from client to committed rows, beside the raw chDB insert.
+"""OTLP ingest benchmark (HTTP and gRPC): GenAI spans from client to committed rows, beside the raw chDB insert.
 
     .venv/bin/python bench/ingest.py [--spans N] [--batch B] [--clients C] [--repeat R] [--update-docs]
 
@@ -6,10 +6,11 @@
    ~1 KB of ``gen_ai.input.messages`` and ~0.3 KB of ``gen_ai.output.messages``, one third
    ``execute_tool`` internal spans, a fifth of those failing) and pre-encodes them as protobuf
    ``ExportTraceServiceRequest`` bodies of B spans each (deterministic: a fixed seed and clock).
-2. End to end: starts the receiver (``create_otlp_app`` over a fresh chDB store, uvicorn) in a
-   separate process, warms it up, then C client threads post every body; the time runs from the
-   first request to the last ``200`` (a ``200`` is sent only after the rows are committed, the
-   materialized view into ``otel.genai_calls`` included). The server process then counts the rows.
+2. End to end, once per transport: starts the receivers (``create_otlp_app`` over a fresh chDB store, uvicorn,
+   and the OTLP/gRPC receiver on the same committers) in a separate process, warms it up, then C client threads
+   send every body, as OTLP/HTTP posts or as OTLP/gRPC ``TraceService/Export`` calls; the time runs from the first
+   request to the last ``200`` / ``OK`` (sent only after the rows are committed, the materialized view into
+   ``otel.genai_calls`` included). The server process then counts the rows.
 3. The decoder alone (protobuf -> Arrow table of the rows, what the receiver inserts), one thread.
 4. The baseline: the raw chDB insert of the same rows (the same Arrow tables into ``otel.otel_traces``
    of a fresh store, materialized view included), one insert per batch, in this process; beside it, for
@@ -39,7 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -157,12 +158,16 @@ def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = Non
 
 
 def serve(data_dir: str) -> None:
-    """Child process: the receiver over a fresh store; prints its port, then row counts at exit."""
+    """Child process: the receivers over a fresh store; prints their ports, then row counts at exit."""
+    import asyncio
+
     import uvicorn
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
+    from detector.ingest.commit import Committer
+    from detector.ingest.grpc_receiver import OTLPGrpcReceiver
     from detector.ingest.receiver import IngestMetrics, create_otlp_app
     from detector.storage.schema import apply_schema
     from detector.storage.transport import ChdbStore
@@ -170,7 +175,12 @@ def serve(data_dir: str) -> None:
     store = ChdbStore(data_dir)
     apply_schema(store)
     metrics = IngestMetrics()
-    app = create_otlp_app(store, IngestSettings(max_body_bytes=256 * 1024 * 1024), metrics)
+    settings = IngestSettings(max_body_bytes=256 * 1024 * 1024)
+    # as serve commits: each group journaled before its insert (LOOP_BENCH_NO_JOURNAL=1: without, to price it)
+    journal = None if os.environ.get("LOOP_BENCH_NO_JOURNAL") else Path(data_dir) / "ingest-journal"
+    committer = Committer(store, metrics, journal)
+    app = create_otlp_app(store, settings, committer=committer)
+    receiver = OTLPGrpcReceiver(committer, app.state.logs_committer, settings, metrics)
 
     async def bench_metrics(request: Request) -> JSONResponse:
         return JSONResponse({"inserts": metrics.inserts, "insert_seconds": metrics.insert_seconds,
@@ -180,9 +190,17 @@ def serve(data_dir: str) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    print(json.dumps({"port": sock.getsockname()[1]}), flush=True)
+
+    async def run() -> None:  # both receivers in one event loop, as `loop-detector serve` runs them
+        grpc_port = await receiver.start("127.0.0.1", 0)
+        print(json.dumps({"port": sock.getsockname()[1], "grpc_port": grpc_port}), flush=True)
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            await receiver.stop()
+
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down on
-        server.run(sockets=[sock])
+        asyncio.run(run())
     counts = store.rows("SELECT (SELECT count() FROM otel.otel_traces) AS traces, "
                         "(SELECT count() FROM otel.genai_calls) AS calls")[0]
     print(json.dumps({**counts, "inserts": metrics.inserts, "insert_seconds": metrics.insert_seconds,
@@ -190,13 +208,19 @@ def serve(data_dir: str) -> None:
     store.close()
 
 
-def end_to_end(bodies: list[bytes], clients: int, warmup: bytes) -> dict[str, float]:
+def end_to_end(bodies: list[bytes], clients: int, warmup: bytes, transport: str = "http") -> dict[str, float]:
+    import grpc
+
+    from detector.ingest.grpc_receiver import TRACES_METHOD
+
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as data_dir:
         proc = subprocess.Popen([sys.executable, __file__, "--serve", data_dir], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         try:
-            port = json.loads(proc.stdout.readline())["port"]
+            ports = json.loads(proc.stdout.readline())
+            port = ports["port"]
             url = f"http://127.0.0.1:{port}/v1/traces"
+            grpc_target = f"127.0.0.1:{ports['grpc_port']}"
             headers = {"Content-Type": "application/x-protobuf"}
             with httpx.Client(timeout=600) as client:
                 for _ in range(200):
@@ -216,8 +240,22 @@ def end_to_end(bodies: list[bytes], clients: int, warmup: bytes) -> dict[str, fl
             lock = threading.Lock()
             start = threading.Barrier(clients + 1)
 
+            def grpc_send(channel: grpc.Channel) -> Any:
+                export = channel.unary_unary(TRACES_METHOD, request_serializer=None, response_deserializer=None)
+
+                def send(body: bytes) -> int:
+                    try:
+                        export(body, timeout=600)
+                        return 200
+                    except grpc.RpcError as exc:
+                        return 500 + exc.code().value[0]
+                return send
+
             def client_loop() -> None:
-                with httpx.Client(timeout=600) as client:
+                with httpx.Client(timeout=600) as client, grpc.insecure_channel(grpc_target, options=[
+                        ("grpc.max_send_message_length", 256 * 1024 * 1024)]) as channel:
+                    send = grpc_send(channel) if transport == "grpc" else (
+                        lambda body: client.post(url, content=body, headers=headers).status_code)
                     start.wait()
                     while True:
                         try:
@@ -225,7 +263,7 @@ def end_to_end(bodies: list[bytes], clients: int, warmup: bytes) -> dict[str, fl
                         except queue.Empty:
                             return
                         t = time.perf_counter()
-                        status = client.post(url, content=body, headers=headers).status_code
+                        status = send(body)
                         with lock:
                             statuses.append(status)
                             latencies.append(time.perf_counter() - t)
@@ -398,6 +436,9 @@ def main() -> None:
         e2e = end_to_end(bodies, args.clients, warmup)  # first: nothing else of ours is running yet
         if (e2e["traces"], e2e["accepted"]) != (args.spans + 500, args.spans + 500):
             raise SystemExit(f"end to end stored {e2e['traces']} rows, expected {args.spans + 500}")
+        e2e_grpc = end_to_end(bodies, args.clients, warmup, transport="grpc")
+        if (e2e_grpc["traces"], e2e_grpc["accepted"]) != (args.spans + 500, args.spans + 500):
+            raise SystemExit(f"end to end over gRPC stored {e2e_grpc['traces']} rows, expected {args.spans + 500}")
         decode_s, tables, decoded = decode_all(bodies, now_ns)
         raw = raw_insert(tables, bodies, now_ns)
         del tables
@@ -409,7 +450,10 @@ def main() -> None:
                "group": args.spans / max(1, e2e["timed_inserts"]), "busy": e2e["store_busy"],
                "p50": e2e["latency_p50"], "max": e2e["latency_max"], "calls": e2e["calls"] - 500,
                "server_cpu_us": e2e["server_cpu"] / args.spans * 1e6, "client_cpu_us": e2e["client_cpu"] / args.spans * 1e6,
-               "cpu_share": (e2e["server_cpu"] + e2e["client_cpu"]) / e2e["elapsed"] / (os.cpu_count() or 1)}
+               "cpu_share": (e2e["server_cpu"] + e2e["client_cpu"]) / e2e["elapsed"] / (os.cpu_count() or 1),
+               "grpc": args.spans / e2e_grpc["elapsed"], "grpc_p50": e2e_grpc["latency_p50"],
+               "grpc_server_cpu_us": e2e_grpc["server_cpu"] / args.spans * 1e6,
+               "grpc_group": args.spans / max(1, e2e_grpc["timed_inserts"])}
         run["ratio"] = run["e2e"] / run["base"]
         run["idle_before"] = -1.0 if idle is None else idle
         print("  run: " + ", ".join(f"{k} {v:,.2f}" for k, v in run.items()), file=sys.stderr)
@@ -418,6 +462,8 @@ def main() -> None:
     rows = [
         ("raw chDB insert, Arrow + MV, 1 insert per batch (baseline)", f"{m['base']:,.0f}", "spans/s", "1.00"),
         ("end to end OTLP/HTTP protobuf -> committed rows", f"{m['e2e']:,.0f}", "spans/s", f"{m['ratio']:.2f}"),
+        ("end to end OTLP/gRPC -> committed rows", f"{m['grpc']:,.0f}", "spans/s", f"{m['grpc'] / m['base']:.2f}"),
+        ("end to end OTLP/gRPC / OTLP/HTTP (same run)", f"{m['grpc'] / m['e2e']:.2f}", "x", ""),
         ("decode only: protobuf -> Arrow table, 1 thread", f"{m['decode']:,.0f}", "spans/s",
          f"{m['decode'] / m['base']:.2f}"),
         ("raw chDB insert, Arrow, without the MV (reference)", f"{m['no_mv']:,.0f}", "spans/s",
@@ -432,6 +478,9 @@ def main() -> None:
          "%", ""),
         ("end to end: request latency p50", f"{m['p50'] * 1000:,.0f}", "ms", ""),
         ("end to end: request latency max", f"{m['max'] * 1000:,.0f}", "ms", ""),
+        ("end to end OTLP/gRPC: request latency p50", f"{m['grpc_p50'] * 1000:,.0f}", "ms", ""),
+        ("end to end OTLP/gRPC: receiver CPU per span", f"{m['grpc_server_cpu_us']:.1f}", "us", ""),
+        ("end to end OTLP/gRPC: rows per insert (group commit)", f"{m['grpc_group']:,.0f}", "rows", ""),
         ("genai_calls rows written by the MV (end to end)", f"{m['calls']:,.0f}", "rows", ""),
     ]
     text = table(rows)

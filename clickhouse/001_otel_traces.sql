@@ -1,7 +1,13 @@
--- otel.otel_traces: the exact table the OpenTelemetry Collector contrib ClickHouse exporter creates
--- (exporter/clickhouseexporter/internal/sqltemplates/traces_table.sql, engine MergeTree, no TTL),
--- so a collector configured with `create_schema: false` writes straight into it.
+-- otel.otel_traces and its trace-id lookup: exactly the tables the OpenTelemetry Collector contrib ClickHouse
+-- exporter creates at the collector version docker-compose.yml pins (0.162.0:
+-- exporter/clickhouseexporter/internal/sqltemplates/traces_table.sql, traces_id_ts_lookup_table.sql and
+-- traces_id_ts_lookup_mv.sql, rendered for database `otel`, table `otel_traces`, engine MergeTree(), no cluster,
+-- no TTL), so a collector configured with `create_schema: false` writes straight into them and the Grafana
+-- plugin finds the lookup table it uses for trace-id searches. docs/scaling.md says how the templates were read
+-- (and what could not be verified).
 -- Both ingest paths (loop-detector's own OTLP receiver and the collector) write here.
+-- Retention is not in the DDL (the exporter renders its `ttl` only when it creates the schema): the service sets
+-- it with ALTER TABLE ... MODIFY TTL from the `retention:` config (detector/storage/retention.py).
 CREATE DATABASE IF NOT EXISTS otel;
 
 CREATE TABLE IF NOT EXISTS otel.otel_traces (
@@ -41,3 +47,22 @@ CREATE TABLE IF NOT EXISTS otel.otel_traces (
 PARTITION BY toDate(Timestamp)
 ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
+
+CREATE TABLE IF NOT EXISTS otel.otel_traces_trace_id_ts (
+    TraceId String CODEC(ZSTD(1)),
+    Start DateTime CODEC(Delta, ZSTD(1)),
+    End DateTime CODEC(Delta, ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.01) GRANULARITY 1
+) ENGINE = MergeTree()
+PARTITION BY toDate(Start)
+ORDER BY (TraceId, Start)
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS otel.otel_traces_trace_id_ts_mv TO otel.otel_traces_trace_id_ts AS
+SELECT
+    TraceId,
+    min(Timestamp) as Start,
+    max(Timestamp) as End
+FROM otel.otel_traces
+WHERE TraceId != ''
+GROUP BY TraceId;

@@ -4,7 +4,10 @@
 -- It holds keys, usage and fingerprints only: no prompt or response text is copied out of the span.
 -- The view understands the attribute dialects of the popular instrumentations (the official
 -- opentelemetry-instrumentation-openai-v2 / GenAI semantic conventions, OpenLLMetry old and new, OpenLIT,
--- OpenInference); docs/instrumentations.md lists, per column, which attribute supplies it.
+-- OpenInference) and of agent frameworks that trace themselves (the Vercel AI SDK's ai.* spans, Google ADK's legacy
+-- call_llm spans, pydantic-ai, Strands' span events); docs/instrumentations.md lists, per column, which attribute
+-- supplies it. Spans that are not GenAI calls but name a session (an agent framework's root or graph spans) give a
+-- row too (call_kind 'other'), so that the detector knows the session of their trace.
 -- `inserted_at` is the detector's watermark; the minmax index keeps "rows since the watermark" from
 -- scanning history (parts are written in insertion order, so each part covers a narrow range).
 CREATE TABLE IF NOT EXISTS otel.genai_calls (
@@ -100,7 +103,7 @@ SELECT
         out_tools, out_tool_args) AS out_tool_fps,
     -- response structure: finish reasons ('tool_calls' and 'tool_call' alike), part types, whether tools were
     -- asked for, output-token bucket
-    cityHash64(arrayMap(x -> if(x IN ('tool_calls', 'function_call'), 'tool_call', x), finish),
+    cityHash64(arrayMap(x -> if(x IN ('tool_calls', 'function_call', 'tool-calls', 'tool_use'), 'tool_call', x), finish),
         arraySort(arrayMap(p -> JSONExtractString(p, 'type'), sc_parts)), length(out_tools) > 0,
         toUInt32(round(log2(out_tok + 1) * 4))) AS response_fp,
     if(err, cityHash64(err_type, replaceRegexpAll(StatusMessage, '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\\d+', '#')), 0)
@@ -135,6 +138,8 @@ SELECT *,
         ol, arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), ol_prompt_keys), '\x1e'),
         oi, replaceAll(if(input_value != '', input_value,
             arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), oi_in_keys), '\x1e')), '__REDACTED__', ''),
+        vc, vc_prompt,
+        adk, JSONExtractRaw(adk_request, 'contents'),
         ev, arrayStringConcat(arrayMap(x -> toString(x), ev_in), '\x1e'),
         '') AS whole_input,
     multiIf(
@@ -149,9 +154,22 @@ SELECT *,
         oi, replaceAll(concat(a[concat(oi_last_prefix, 'content')], arrayStringConcat(arrayMap(k -> a[k],
             arrayFilter(k -> startsWith(k, oi_last_prefix) AND endsWith(k, '.message_content.text'), oi_in_keys)), ' ')),
             '__REDACTED__', ''),
+        vc, if(JSONType(vc_last_msg, 'content') = 'String', JSONExtractString(vc_last_msg, 'content'),
+            arrayStringConcat(arrayMap(p -> multiIf(JSONExtractString(p, 'type') = 'text', JSONExtractString(p, 'text'),
+                JSONHas(p, 'output'), if(JSONType(p, 'output', 'value') = 'String', JSONExtractString(p, 'output', 'value'),
+                    JSONExtractRaw(p, 'output', 'value')),
+                JSONExtractRaw(p, 'result')), JSONExtractArrayRaw(vc_last_msg, 'content')), ' ')),
+        adk, arrayStringConcat(arrayMap(p -> if(JSONHas(p, 'function_response'),
+            JSONExtractRaw(p, 'function_response', 'response'), JSONExtractString(p, 'text')),
+            JSONExtractArrayRaw(JSONExtractRaw(JSONExtractRaw(adk_request, 'contents'), -1), 'parts')), ' '),
         ev, arrayElement(arrayMap(x -> multiIf(x['gen_ai.event.content'] != '',
             JSONExtractString(x['gen_ai.event.content'], 'content'), x['gen_ai.prompt'] != '',
-            arrayElement(splitByChar('\n', x['gen_ai.prompt']), -1), x['content']), ev_in), -1),
+            arrayElement(splitByChar('\n', x['gen_ai.prompt']), -1),
+            -- Strands: the message's content blocks as JSON (text, toolResult.content[].text)
+            JSONType(x['content']) = 'Array', arrayStringConcat(arrayMap(b -> concat(JSONExtractString(b, 'text'),
+                arrayStringConcat(arrayMap(t -> JSONExtractString(t, 'text'), JSONExtractArrayRaw(b, 'toolResult', 'content')),
+                ' ')), JSONExtractArrayRaw(x['content'])), ' '),
+            x['content']), ev_in), -1),
         '') AS last_input,
     multiIf(
         out_msgs != '', arrayStringConcat(arrayFilter(x -> x != '', arrayMap(p -> JSONExtractString(p, 'content'),
@@ -162,15 +180,23 @@ SELECT *,
             arraySort(arrayFilter(k -> endsWith(k, '.message.content') OR endsWith(k, '.message_content.text'),
             mapKeys(mapExtractKeyLike(a, 'llm.output_messages.%'))))), ' '),
             if(output_mime = 'text/plain', output_value, '')), '__REDACTED__', ''),
+        vc, a['ai.response.text'],
+        adk, arrayStringConcat(arrayFilter(x -> x != '', arrayMap(p -> JSONExtractString(p, 'text'), adk_parts)), ' '),
         ev, arrayStringConcat(arrayMap(x -> multiIf(x['gen_ai.event.content'] != '',
             JSONExtractString(x['gen_ai.event.content'], 'message', 'content'), x['gen_ai.completion'] != '',
-            x['gen_ai.completion'], x['content']), ev_out), ' '),
+            x['gen_ai.completion'],
+            -- Strands: gen_ai.choice's `message`, the content blocks as JSON
+            x['message'] != '', if(JSONType(x['message']) = 'Array', arrayStringConcat(arrayFilter(t -> t != '',
+                arrayMap(b -> JSONExtractString(b, 'text'), JSONExtractArrayRaw(x['message']))), ' '), x['message']),
+            x['content']), ev_out), ' '),
         '') AS output_text,
     -- tool calls the model asked for: (name, arguments)
     multiIf(
         length(sc_calls) > 0, arrayMap(p -> JSONExtractString(p, 'name'), sc_calls),
         length(ol_call_keys) > 0, arrayMap(k -> a[k], ol_call_keys),
         length(oi_call_keys) > 0, arrayMap(k -> a[k], oi_call_keys),
+        length(vc_calls) > 0, arrayMap(c -> JSONExtractString(c, 'toolName'), vc_calls),
+        length(adk_calls) > 0, arrayMap(p -> JSONExtractString(p, 'function_call', 'name'), adk_calls),
         length(ev_calls) > 0, arrayMap(c -> JSONExtractString(c, 'function', 'name'), ev_calls),
         lit_tools) AS out_tools,
     multiIf(
@@ -178,17 +204,28 @@ SELECT *,
             JSONExtractRaw(p, 'arguments')), sc_calls),
         length(ol_call_keys) > 0, arrayMap(k -> a[concat(substring(k, 1, length(k) - 4), 'arguments')], ol_call_keys),
         length(oi_call_keys) > 0, arrayMap(k -> a[concat(substring(k, 1, length(k) - 4), 'arguments')], oi_call_keys),
+        length(vc_calls) > 0, arrayMap(c -> multiIf(JSONType(c, 'input') = 'String', JSONExtractString(c, 'input'),
+            JSONHas(c, 'input'), JSONExtractRaw(c, 'input'), JSONType(c, 'args') = 'String', JSONExtractString(c, 'args'),
+            JSONExtractRaw(c, 'args')), vc_calls),
+        length(adk_calls) > 0, arrayMap(p -> JSONExtractRaw(p, 'function_call', 'args'), adk_calls),
         length(ev_calls) > 0, arrayMap(c -> JSONExtractString(c, 'function', 'arguments'), ev_calls),
         length(lit_tools) = 1, [lit_tool_args],
         arrayResize(JSONExtractArrayRaw(concat('[', lit_tool_args, ']')), length(lit_tools), '')) AS out_tool_args,
-    -- execute_tool spans: tool name and argument values (semconv, OpenInference TOOL, traceloop @tool)
-    if(op = 'execute_tool', multiIf(tool_sc != '', tool_sc, tool_oi != '', tool_oi, tool_tl != '', tool_tl,
-        replaceOne(SpanName, 'execute_tool ', '')), '') AS tool,
+    -- execute_tool spans: tool name and argument values (semconv, OpenInference TOOL, traceloop @tool, the Vercel AI
+    -- SDK's ai.toolCall, ADK's legacy attributes, pydantic-ai's older ones, Strands' gen_ai.tool.message event)
+    if(op = 'execute_tool', multiIf(tool_sc != '', tool_sc, tool_vc != '', tool_vc, tool_oi != '', tool_oi,
+        tool_tl != '', tool_tl, replaceOne(SpanName, 'execute_tool ', '')), '') AS tool,
     if(op = 'execute_tool', multiIf(
-        -- OpenLLMetry's LangChain callback envelope: the arguments are its `inputs` (beside run metadata and counters)
-        args_sc != '', if(JSONType(args_sc, 'inputs') = 'Object' AND JSONHas(args_sc, 'input_str'),
-            JSONExtractRaw(args_sc, 'inputs'), args_sc),
+        -- OpenLLMetry's LangChain callback envelope (the input beside the run's tags, metadata and counters): the
+        -- arguments are its `inputs` object, else its `input_str`
+        args_sc != '' AND JSONHas(args_sc, 'input_str'), if(JSONType(args_sc, 'inputs') = 'Object',
+            JSONExtractRaw(args_sc, 'inputs'), JSONExtractString(args_sc, 'input_str')),
+        args_sc != '', args_sc,
+        args_vc != '', args_vc,
         args_oi != '', args_oi,
+        args_adk NOT IN ('', '{}', 'N/A'), args_adk,
+        a['tool_arguments'] != '', a['tool_arguments'],
+        ev_tool_args != '', ev_tool_args,
         oi_kind = 'TOOL' AND input_value != '__REDACTED__', input_value,
         JSONHas(args_tl, 'kwargs') AND JSONLength(args_tl, 'args') = 0, JSONExtractRaw(args_tl, 'kwargs'),
         args_tl), '') AS tool_args,
@@ -214,11 +251,15 @@ SELECT *,
     if(session_index = 0, TraceId, session_values[session_index]) AS session_id,
     if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
         'traceloop.association.properties.session_id', 'langfuse.session.id', 'loop_detector.session_id',
+        'ai.telemetry.metadata.sessionId', 'ai.telemetry.metadata.session_id', 'gcp.vertex.agent.session_id',
         'resource:gen_ai.conversation.id', 'resource:session.id', 'resource:loop_detector.session_id'], session_index))
         AS session_source,
     arrayFirst(x -> x != '', virtual_key_values) AS virtual_key,
     arrayFirst(x -> x != '', feature_values) AS feature,
-    lower(arrayFirst(x -> x != '', provider_values)) AS provider,
+    arrayFirst(x -> x != '', provider_values) AS provider_named,
+    -- (the Vercel AI SDK names the provider and its API: 'openai.chat', 'openai.responses')
+    lower(if(vc AND position(provider_named, '.') > 0, substring(provider_named, 1, position(provider_named, '.') - 1),
+        provider_named)) AS provider,
     arrayFirst(x -> x != '', [model_values[1], model_values[2], model_values[3],
         if(oi, JSONExtractString(model_values[4], 'model'), '')]) AS model,
     toUInt64OrZero(arrayFirst(x -> x != '', input_token_values)) AS in_tok,
@@ -251,7 +292,22 @@ SELECT *,
     if(ev, arrayFilter((x, n) -> n IN ('gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
         'gen_ai.tool.message', 'gen_ai.content.prompt'), ev_attrs, ev_names), []) AS ev_in,
     if(ev, arrayFilter((x, n) -> n IN ('gen_ai.choice', 'gen_ai.content.completion'), ev_attrs, ev_names), []) AS ev_out,
-    arrayFlatten(arrayMap(x -> JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'), ev_out)) AS ev_calls,
+    -- (the choice's tool calls under its message, as the conventions put them, or beside it, as OpenLLMetry does)
+    -- (Strands: toolUse blocks of the `message`, rewritten as {"function": {"name", "arguments"}})
+    arrayFlatten(arrayMap(x -> arrayConcat(JSONExtractArrayRaw(x['gen_ai.event.content'], 'message', 'tool_calls'),
+        JSONExtractArrayRaw(x['gen_ai.event.content'], 'tool_calls'),
+        arrayMap(b -> concat('{"function":{"name":', toJSONString(JSONExtractString(b, 'toolUse', 'name')),
+            ',"arguments":', toJSONString(JSONExtractRaw(b, 'toolUse', 'input')), '}}'),
+            arrayFilter(b -> JSONHas(b, 'toolUse'), JSONExtractArrayRaw(x['message'])))), ev_out)) AS ev_calls,
+    -- (e) the Vercel AI SDK: ai.prompt.messages (content a string or parts), ai.response.text, ai.response.toolCalls
+    if(vc, JSONExtractRaw(vc_prompt, -1), '') AS vc_last_msg,
+    if(vc, JSONExtractArrayRaw(a['ai.response.toolCalls']), []) AS vc_calls,
+    -- (f) Google ADK's legacy call_llm: the LlmRequest and LlmResponse as JSON (contents of parts)
+    if(adk, JSONExtractArrayRaw(adk_response, 'content', 'parts'), []) AS adk_parts,
+    arrayFilter(p -> JSONHas(p, 'function_call'), adk_parts) AS adk_calls,
+    -- Strands: a tool span's input in its gen_ai.tool.message event
+    if(op = 'execute_tool' AND ev, arrayElement(arrayMap(x -> x['content'], arrayFilter((x, n) -> n = 'gen_ai.tool.message',
+        ev_attrs, ev_names)), 1), '') AS ev_tool_args,
     -- OpenLIT names the tool calls on the chat span, comma-joined (with or without content)
     if(is_llm AND lit_tool_names != '', splitByString(', ', lit_tool_names), []) AS lit_tools,
     arrayElement(arrayMap(x -> x['exception.type'], arrayFilter((x, n) -> n = 'exception', ev_attrs, ev_names)), 1)
@@ -267,29 +323,50 @@ SELECT
     a['openinference.span.kind'] AS oi_kind,
     a['llm.request.type'] AS ol_request_type,
     a['traceloop.span.kind'] AS tl_kind,
-    coalesce(
-        nullIf(a['gen_ai.operation.name'], ''),
-        multiIf(
-            ol_request_type = 'chat', 'chat',
-            ol_request_type = 'completion', 'text_completion',
-            ol_request_type = 'embedding', 'embeddings',
-            oi_kind = 'LLM', 'chat',
-            oi_kind = 'TOOL', 'execute_tool',
-            oi_kind = 'AGENT', 'invoke_agent',
-            oi_kind = 'EMBEDDING', 'embeddings',
-            tl_kind = 'tool', 'execute_tool',
-            tl_kind = 'agent', 'invoke_agent',
-            NULL),
+    a['gen_ai.operation.name'] AS op_named,
+    a['ai.operationId'] AS vc_op,
+    -- Google ADK's legacy schema reports each model call twice: call_llm (content, session) and a stable-semconv
+    -- twin under it (gen_ai.system, no gen_ai.provider.name); the twin is skipped
+    (op_named = 'generate_content' AND a['gcp.vertex.agent.event_id'] != '' AND a['gen_ai.system'] != ''
+        AND a['gen_ai.provider.name'] = '') AS adk_twin,
+    multiIf(
+        adk_twin, '',
+        -- a span is a tool call when any dialect says so (pydantic-ai's older tool spans carry gen_ai.tool.* only)
+        op_named = 'execute_tool' OR oi_kind = 'TOOL' OR tl_kind = 'tool' OR vc_op = 'ai.toolCall'
+            OR (a['gen_ai.tool.name'] != '' AND op_named = '' AND ol_request_type = '' AND oi_kind = ''), 'execute_tool',
+        op_named != '', op_named,
+        ol_request_type = 'chat', 'chat',
+        ol_request_type = 'completion', 'text_completion',
+        ol_request_type = 'embedding', 'embeddings',
+        oi_kind = 'LLM', 'chat',
+        oi_kind = 'AGENT', 'invoke_agent',
+        oi_kind = 'EMBEDDING', 'embeddings',
+        tl_kind = 'agent', 'invoke_agent',
+        vc_op IN ('ai.generateText.doGenerate', 'ai.streamText.doStream', 'ai.generateObject.doGenerate',
+            'ai.streamObject.doStream'), 'chat',
+        vc_op IN ('ai.embed.doEmbed', 'ai.embedMany.doEmbed'), 'embeddings',
+        vc_op IN ('ai.generateText', 'ai.streamText', 'ai.generateObject', 'ai.streamObject'), 'invoke_agent',
+        SpanName = 'call_llm' AND a['gcp.vertex.agent.llm_request'] != '', 'generate_content',
         '') AS op,
     op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
     oi_kind != '' AS oi,
+    vc_op != '' AND a['ai.prompt.messages'] != '' AS vc,
+    a['ai.prompt.messages'] AS vc_prompt,
+    SpanName = 'call_llm' AND a['gcp.vertex.agent.llm_request'] NOT IN ('', '{}') AS adk,
+    a['gcp.vertex.agent.llm_request'] AS adk_request,
+    a['gcp.vertex.agent.llm_response'] AS adk_response,
     -- OpenLLMetry before its move to gen_ai.input.messages: indexed gen_ai.prompt.N.* / gen_ai.completion.N.*
     (mapContains(a, 'gen_ai.prompt.0.role') OR mapContains(a, 'gen_ai.completion.0.role')) AS ol,
     -- content as span events (semconv <= 1.30 event names; the older gen_ai.content.* events of OpenLIT)
     hasAny(Events.Name, ['gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
         'gen_ai.tool.message', 'gen_ai.choice', 'gen_ai.content.prompt', 'gen_ai.content.completion']) AS ev,
-    a['gen_ai.input.messages'] AS in_msgs,
-    a['gen_ai.output.messages'] AS out_msgs,
+    -- semconv messages on the span, or in its gen_ai.client.inference.operation.details span events (Strands)
+    arrayFilter((x, n) -> n = 'gen_ai.client.inference.operation.details', Events.Attributes, Events.Name)
+        AS detail_events,
+    if(a['gen_ai.input.messages'] != '', a['gen_ai.input.messages'],
+        arrayStringConcat(arrayMap(x -> x['gen_ai.input.messages'], detail_events))) AS in_msgs,
+    if(a['gen_ai.output.messages'] != '', a['gen_ai.output.messages'],
+        arrayStringConcat(arrayMap(x -> x['gen_ai.output.messages'], detail_events))) AS out_msgs,
     if(out_msgs != '', arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs))), [])
         AS sc_parts,
     a['input.value'] AS input_value,
@@ -297,7 +374,8 @@ SELECT
     a['output.mime_type'] AS output_mime,
     -- each list: the attributes that can supply one column, first non-empty wins (docs/instrumentations.md)
     [a['gen_ai.conversation.id'], a['session.id'], a['traceloop.association.properties.session_id'],
-        a['langfuse.session.id'], a['loop_detector.session_id'],
+        a['langfuse.session.id'], a['loop_detector.session_id'], a['ai.telemetry.metadata.sessionId'],
+        a['ai.telemetry.metadata.session_id'], a['gcp.vertex.agent.session_id'],
         r['gen_ai.conversation.id'], r['session.id'], r['loop_detector.session_id']] AS session_values,
     [a['loop_detector.virtual_key'], r['loop_detector.virtual_key'],
         a['traceloop.association.properties.virtual_key']] AS virtual_key_values,
@@ -315,8 +393,11 @@ SELECT
         AS finish_values,
     a['error.type'] AS error_type_attr,
     a['gen_ai.agent.name'] AS agent_name,
-    arrayFirst(x -> x != '', [a['gen_ai.tool.call.id'], a['tool_call.id']]) AS tool_call_id,
+    arrayFirst(x -> x != '', [a['gen_ai.tool.call.id'], a['tool_call.id'], a['ai.toolCall.id']]) AS tool_call_id,
     a['gen_ai.tool.name'] AS tool_sc,
+    a['ai.toolCall.name'] AS tool_vc,
+    if(a['ai.toolCall.args'] != '', a['ai.toolCall.args'], a['ai.toolCall.input']) AS args_vc,
+    a['gcp.vertex.agent.tool_call_args'] AS args_adk,
     a['tool.name'] AS tool_oi,
     a['traceloop.entity.name'] AS tool_tl,
     a['gen_ai.tool.call.arguments'] AS args_sc,
@@ -334,5 +415,7 @@ FROM (
     -- arrayMap(k -> a[k], [...]), so every list above spells its lookups out.
     SELECT *, CAST(SpanAttributes, 'Map(String, String)') AS a, CAST(ResourceAttributes, 'Map(String, String)') AS r
     FROM otel.otel_traces)
-WHERE op != ''
+-- GenAI calls, and the spans that name a session without being one (roots, framework graph and workflow spans)
+WHERE op != '' OR (arrayExists(x -> x != '', session_values)
+    AND (ParentSpanId = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != ''))
 )));

@@ -1,17 +1,21 @@
-"""A tiny OpenAI-compatible server for the examples and tests: ``POST /v1/chat/completions``.
+"""A tiny model server for the examples and tests: OpenAI's ``POST /v1/chat/completions`` and
+``POST /v1/responses``, and Anthropic's ``POST /v1/messages``, each plain or streamed (server-sent events in
+each API's own event format).
 
 No model behind it: each answer is a pure function of the request, so an agent run against it is
 reproducible. The scenario is picked by a marker in the conversation's first user (or system) message:
 
 - ``[loop]``: the model always asks for the same tool call, ``read_file({"path": "config.yaml"})``, with
-  the same text: an agent stuck in a loop;
+  the same text: an agent stuck in a loop; ``[loop N]`` gives up with a final answer once the conversation
+  holds N tool results (for frameworks that run until the model stops);
 - ``[healthy]`` (the default): one different tool call per step (list, read, grep, edit, test...), then a
   final answer once the conversation holds ``HEALTHY_STEPS`` tool results;
 - ``[error]``: every call fails with HTTP 500 (an OpenAI-style error body); ``[ratelimit]``: HTTP 429.
 
 Usage is reported like OpenAI's (``prompt_tokens`` from the size of the messages, ``completion_tokens``
-from the size of the answer). The response ``model`` is the requested one with a date suffix, as OpenAI
-answers (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``). Streaming is not supported.
+from the size of the answer). The chat completion ``model`` is the requested one with a date suffix, as OpenAI
+answers (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``). The same scenarios hold in every API: the Responses
+API counts ``function_call_output`` items as tool results, the Messages API ``tool_result`` blocks.
 
 Run it alone (examples): ``python examples/openai_stub.py --port 8765``; in-process (tests):
 ``with serve_stub() as base_url: OpenAI(base_url=base_url + "/v1", api_key="stub")``.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import threading
 import time
@@ -66,9 +71,19 @@ def scenario_of(messages: list[dict[str, Any]]) -> str:
         if m.get("role") in ("system", "developer", "user"):
             text = _text_of(m)
             for name in ("loop", "error", "ratelimit", "healthy"):
-                if f"[{name}]" in text:
+                if f"[{name}]" in text or (name == "loop" and re.search(r"\[loop \d+\]", text)):
                     return name
     return "healthy"
+
+
+def loop_limit(messages: list[dict[str, Any]]) -> int | None:
+    """N of a ``[loop N]`` marker: the looping model gives up after N tool results."""
+    for m in messages:
+        if m.get("role") in ("system", "developer", "user"):
+            found = re.search(r"\[loop (\d+)\]", _text_of(m))
+            if found:
+                return int(found.group(1))
+    return None
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:
@@ -93,7 +108,10 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
                                "param": None, "code": "rate_limit_exceeded"}}
     done = sum(1 for m in messages if m.get("role") == "tool")
     tool_call: tuple[str, dict[str, Any]] | None
-    if scenario == "loop":
+    limit = loop_limit(messages) if scenario == "loop" else None
+    if scenario == "loop" and limit is not None and done >= limit:
+        text, tool_call = f"Still failing after {done} attempts; giving up.", None
+    elif scenario == "loop":
         text, tool_call = LOOP_TEXT, LOOP_CALL
     elif done >= HEALTHY_STEPS:
         text, tool_call = f"Done: the change is in place after {done} steps.", None
@@ -122,41 +140,254 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     }
 
 
+def _sse(events: list[tuple[str | None, dict[str, Any] | str]]) -> bytes:
+    out = []
+    for event, data in events:
+        payload = data if isinstance(data, str) else json.dumps(data)
+        out.append((f"event: {event}\n" if event else "") + f"data: {payload}\n\n")
+    return "".join(out).encode()
+
+
+def chat_chunks(body: dict[str, Any], payload: dict[str, Any]) -> bytes:
+    """A chat completion as the ``chat.completion.chunk`` events of ``stream=True``."""
+    choice = payload["choices"][0]
+    message = choice["message"]
+    base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+            "model": payload["model"], "system_fingerprint": "fp_stub"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    text = message["content"] or ""
+    half = len(text) // 2
+    events: list[tuple[str | None, dict[str, Any] | str]] = [
+        (None, chunk({"role": "assistant", "content": "", "refusal": None})),
+        (None, chunk({"content": text[:half]})), (None, chunk({"content": text[half:]}))]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        events.append((None, chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                                    "function": {"name": call["function"]["name"],
+                                                                 "arguments": ""}}]})))
+        events.append((None, chunk({"tool_calls": [{"index": i, "function": {
+            "arguments": call["function"]["arguments"]}}]})))
+    events.append((None, chunk({}, choice["finish_reason"])))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append((None, {**base, "choices": [], "usage": payload["usage"]}))
+    events.append((None, "[DONE]"))
+    return _sse(events)
+
+
+# -- the Responses API ------------------------------------------------------------------------------------------
+def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Responses API input as chat-like messages (for the scenario and the token count)."""
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": str(body["instructions"])})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    for item in items or []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "function_call_output":
+            messages.append({"role": "tool", "content": str(item.get("output", ""))})
+        elif kind == "function_call":
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": item.get("name"), "arguments": item.get("arguments")}}]})
+        elif kind == "message":
+            content = item.get("content")
+            text = content if isinstance(content, str) else " ".join(
+                str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+            messages.append({"role": item.get("role", "user"), "content": text})
+    return messages
+
+
+def responses_answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON body for one ``POST /v1/responses``."""
+    messages = _responses_messages(body)
+    status, chat = answer({**body, "messages": messages, "tools": body.get("tools")})
+    if status != 200:
+        return status, chat
+    message = chat["choices"][0]["message"]
+    output: list[dict[str, Any]] = [{
+        "type": "message", "id": f"msg_{uuid.uuid4().hex[:16]}", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": message["content"], "annotations": [], "logprobs": []}]}]
+    for call in message.get("tool_calls") or []:
+        output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:16]}", "call_id": call["id"],
+                       "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+                       "status": "completed"})
+    usage = chat["usage"]
+    return 200, {
+        "id": f"resp_{uuid.uuid4().hex[:16]}", "object": "response", "created_at": chat["created"],
+        "status": "completed", "model": chat["model"], "output": output, "error": None,
+        "incomplete_details": None, "instructions": body.get("instructions"), "metadata": {},
+        "parallel_tool_calls": True, "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto",
+        "tools": body.get("tools") or [], "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "previous_response_id": body.get("previous_response_id"),
+        "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+                  "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 0}},
+    }
+
+
+def responses_events(payload: dict[str, Any]) -> bytes:
+    """A response as the server-sent events of ``stream=True`` (the sequence OpenAI sends)."""
+    seq = iter(range(1_000_000))
+    events: list[tuple[str | None, dict[str, Any] | str]] = []
+
+    def emit(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": next(seq), **data}))
+
+    started = {**payload, "status": "in_progress", "output": [], "usage": None}
+    emit("response.created", response=started)
+    emit("response.in_progress", response=started)
+    for index, item in enumerate(payload["output"]):
+        if item["type"] == "message":
+            part = item["content"][0]
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "status": "in_progress", "content": []})
+            emit("response.content_part.added", item_id=item["id"], output_index=index, content_index=0,
+                 part={**part, "text": ""})
+            text = part["text"]
+            for piece in (text[: len(text) // 2], text[len(text) // 2:]):
+                emit("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
+                     delta=piece, logprobs=[])
+            emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                 text=text, logprobs=[])
+            emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)
+        else:
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "status": "in_progress", "arguments": ""})
+            emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                 delta=item["arguments"])
+            emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                 arguments=item["arguments"], name=item["name"])
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=payload)
+    return _sse(events)
+
+
+# -- Anthropic's Messages API ---------------------------------------------------------------------------------
+def _anthropic_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    system = body.get("system")
+    if system:
+        text = system if isinstance(system, str) else " ".join(
+            str(b.get("text", "")) for b in system if isinstance(b, dict))
+        messages.append({"role": "system", "content": text})
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        if isinstance(content, str):
+            messages.append({"role": m.get("role", "user"), "content": content})
+            continue
+        texts = []
+        for block in content or []:
+            if block.get("type") == "tool_result":
+                messages.append({"role": "tool", "content": str(block.get("content", ""))})
+            elif block.get("type") == "text":
+                texts.append(str(block.get("text", "")))
+        if texts:
+            messages.append({"role": m.get("role", "user"), "content": " ".join(texts)})
+    return messages
+
+
+def anthropic_answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON body for one ``POST /v1/messages`` (errors in Anthropic's shape)."""
+    status, chat = answer({**body, "messages": _anthropic_messages(body), "tools": body.get("tools")})
+    if status != 200:
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        return status, {"type": "error", "error": {"type": kind, "message": chat["error"]["message"]}}
+    message = chat["choices"][0]["message"]
+    content: list[dict[str, Any]] = [{"type": "text", "text": message["content"]}]
+    for call in message.get("tool_calls") or []:
+        content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:16]}",
+                        "name": call["function"]["name"], "input": json.loads(call["function"]["arguments"])})
+    usage = chat["usage"]
+    return 200, {
+        "id": f"msg_{uuid.uuid4().hex[:16]}", "type": "message", "role": "assistant",
+        "model": str(body.get("model", "claude-sonnet-4-5")), "content": content,
+        "stop_reason": "tool_use" if len(content) > 1 else "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+    }
+
+
+def anthropic_events(payload: dict[str, Any]) -> bytes:
+    """A message as the server-sent events of ``stream=True`` (message_start ... message_stop)."""
+    events: list[tuple[str | None, dict[str, Any] | str]] = []
+
+    def emit(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, **data}))
+
+    emit("message_start", message={**payload, "content": [], "stop_reason": None,
+                                   "usage": {**payload["usage"], "output_tokens": 1}})
+    for index, block in enumerate(payload["content"]):
+        if block["type"] == "text":
+            emit("content_block_start", index=index, content_block={"type": "text", "text": ""})
+            text = block["text"]
+            for piece in (text[: len(text) // 2], text[len(text) // 2:]):
+                emit("content_block_delta", index=index, delta={"type": "text_delta", "text": piece})
+        else:
+            emit("content_block_start", index=index, content_block={**block, "input": {}})
+            emit("content_block_delta", index=index,
+                 delta={"type": "input_json_delta", "partial_json": json.dumps(block["input"])})
+        emit("content_block_stop", index=index)
+    emit("message_delta", delta={"stop_reason": payload["stop_reason"], "stop_sequence": None},
+         usage={"output_tokens": payload["usage"]["output_tokens"]})
+    emit("message_stop")
+    return _sse(events)
+
+
 def create_stub_app() -> Starlette:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    async def chat_completions(request: Request) -> JSONResponse:
+    def reply(body: dict[str, Any], status: int, payload: dict[str, Any], stream: Any) -> Response:
+        if status == 200 and body.get("stream"):
+            return Response(stream(payload), media_type="text/event-stream")
+        return JSONResponse(payload, status_code=status)
+
+    async def chat_completions(request: Request) -> Response:
         body = await request.json()
         request.app.state.requests.append(body)
-        if body.get("stream"):
-            return JSONResponse({"error": {"message": "streaming is not supported by the stub",
-                                           "type": "invalid_request_error", "param": "stream", "code": None}},
-                                status_code=400)
         status, payload = answer(body)
-        return JSONResponse(payload, status_code=status)
+        return reply(body, status, payload, lambda p: chat_chunks(body, p))
+
+    async def responses(request: Request) -> Response:
+        body = await request.json()
+        request.app.state.requests.append(body)
+        status, payload = responses_answer(body)
+        return reply(body, status, payload, responses_events)
+
+    async def messages(request: Request) -> Response:
+        body = await request.json()
+        request.app.state.requests.append(body)
+        status, payload = anthropic_answer(body)
+        return reply(body, status, payload, anthropic_events)
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+                            Route("/v1/responses", responses, methods=["POST"]),
+                            Route("/v1/messages", messages, methods=["POST"]),
                             Route("/healthz", healthz)])
     app.state.requests = []
     return app
 
 
 @contextmanager
-def serve_stub(host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Serve the stub on ``host:port`` (a free port by default) in a background thread; yields its base URL."""
+def serve_stub(host: str = "127.0.0.1", port: int = 0, app: Any = None) -> Iterator[str]:
+    """Serve the stub (or ``app``, one of :func:`create_stub_app`, whose ``state.requests`` records every request)
+    on ``host:port`` (a free port by default) in a background thread; yields its base URL."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_stub_app(), host=host, port=port, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(app or create_stub_app(), host=host, port=port, log_level="warning",
                                            access_log=False, lifespan="off"))
     thread = threading.Thread(target=lambda: server.run(sockets=[sock]), name=f"openai-stub-{port}", daemon=True)
     thread.start()
@@ -180,7 +411,7 @@ def main() -> None:
     args = parser.parse_args()
     import uvicorn
 
-    print(f"OpenAI stub on http://{args.host}:{args.port}/v1  (OPENAI_BASE_URL)")
+    print(f"OpenAI stub on http://{args.host}:{args.port}/v1  (OPENAI_BASE_URL; ANTHROPIC_BASE_URL without /v1)")
     uvicorn.run(create_stub_app(), host=args.host, port=args.port, log_level="warning")
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from support.clickhouse_server import local_clickhouse_server
 
 from detector.settings.config import AppConfig
+from detector.storage.transport import CLICKHOUSE_URL_ENV
 
 
 @pytest.fixture()
@@ -14,3 +18,16 @@ def fast_config() -> AppConfig:
     config.detector.interval_seconds = 0.1
     config.detector.checkpoint_seconds = 0
     return config
+
+
+@pytest.fixture(scope="module")
+def clickhouse_url(tmp_path_factory):
+    """A ClickHouse server's URL for the server-store tests: $LOOP_DETECTOR_CLICKHOUSE_URL, else loop-detector's own
+    ClickHouse-compatible endpoint over a chDB store with writes enabled (tests/support/clickhouse_server.py).
+    Per module: chDB holds one data directory per process at a time, and other modules open their own."""
+    url = os.environ.get(CLICKHOUSE_URL_ENV)
+    if url:
+        yield url
+        return
+    with local_clickhouse_server(tmp_path_factory.mktemp("clickhouse-server")) as url:
+        yield url

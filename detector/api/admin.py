@@ -14,7 +14,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from detector.api.ports import ServicePort
+from detector.api.ports import ServicePort, WebhookOutboxView
 from detector.api.session_views import list_sessions, session_detail, stats
 from detector.settings.config import Budget, ConfigError, Rule, load_config
 from detector.settings.vocabulary import (
@@ -169,6 +169,30 @@ def admin_router() -> APIRouter:
         out["manual_actions"] = len(service.manual.all())
         out["pending_windows"] = service.pending_windows()
         return out
+
+    # -- webhooks: the outbox and its dead letters --------------------------------------------------------
+    def _outbox(request: Request) -> WebhookOutboxView:
+        outbox = _service(request).webhooks
+        if outbox is None:
+            raise HTTPException(404, "no webhook is configured")
+        return outbox
+
+    @router.get("/webhooks", responses={404: {"description": "no webhook is configured"}})
+    def webhooks_summary(request: Request) -> dict[str, Any]:
+        """Deliveries pending, dead letters, attempts since start, the configured endpoints."""
+        return _outbox(request).summary()
+
+    @router.get("/webhooks/dead-letters", responses={404: {"description": "no webhook is configured"}})
+    def dead_letters(request: Request, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
+        """Deliveries that gave up (after `webhook_delivery.max_attempts` failures, or a 410 Gone), newest first,
+        with the body that was sent and the last error."""
+        return {"dead_letters": _outbox(request).dead_letters(limit)}
+
+    @router.post("/webhooks/dead-letters/retry", responses={404: {"description": "no webhook is configured"}})
+    def retry_dead_letters(request: Request, event_id: str | None = Query(None, min_length=1, max_length=64)
+                           ) -> dict[str, int]:
+        """Queue dead letters again (all of them, or one event's), with a fresh count of attempts."""
+        return {"requeued": _outbox(request).retry_dead_letters(event_id)}
 
     # -- rules and budgets ----------------------------------------------------------------------------
     @router.get("/rules", response_model=PolicyList, response_model_exclude_none=True)

@@ -15,15 +15,18 @@ costs dictionary lookups, never a query.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Literal
 
 import orjson
-from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from detector import __version__
+from detector.api.access import reader_refusal, require_reader
 from detector.api.admin import admin_router, config_router
+from detector.api.limits import BodyLimit
 from detector.api.ports import ServicePort
 from detector.core.decisions import RETRY_AFTER_SECONDS, Decision, block_body, warning_header
 from detector.enforcement.enforcer import etag_matches
@@ -48,6 +51,8 @@ __all__ = [
     "TOOL_ARGUMENTS_MAX", "TRACE_MAX", "WARNING_HEADER", "check_answer", "create_api", "decision_payload",
     "enforcement_answer",
 ]
+
+log = logging.getLogger("loop_detector.api")
 
 ID_MAX = 512
 TRACE_MAX = 64
@@ -123,11 +128,20 @@ class Pending(BaseModel):
 class CheckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str = Field(min_length=1, max_length=ID_MAX)
-    trace_id: str | None = Field(None, max_length=TRACE_MAX, description="the OTel trace id (32 hex digits)")
+    session_id: str | None = Field(None, min_length=1, max_length=ID_MAX,
+                                   description="the session (conversation); optional when trace_id is given")
+    trace_id: str | None = Field(None, min_length=1, max_length=TRACE_MAX,
+                                 description="the OTel trace id (32 hex digits); alone, the trace's known session "
+                                             "is used")
     virtual_key: str | None = Field(None, max_length=ID_MAX)
     feature: str | None = Field(None, max_length=ID_MAX)
     pending: Pending | None = None
+
+    @model_validator(mode="after")
+    def _session_or_trace(self) -> CheckRequest:
+        if not self.session_id and not self.trace_id:
+            raise ValueError("session_id or trace_id is required")
+        return self
 
 
 class BudgetLine(BaseModel):
@@ -208,9 +222,15 @@ def check_answer(service: ServicePort, raw: bytes) -> tuple[int, dict[str, str],
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         return 422, {}, orjson.dumps({"detail": errors})
     pending = body.pending.model_dump(exclude_none=True) if body.pending is not None else None
-    d = service.enforcer.decide(body.session_id, body.trace_id or None, body.virtual_key or None,
-                                body.feature or None, pending=pending or None)
-    return enforcement_answer(d, body.session_id)
+    session_id = body.session_id or service.enforcer.session_of(body.trace_id or "")
+    try:
+        d = service.enforcer.decide(session_id, body.trace_id or None, body.virtual_key or None,
+                                    body.feature or None, pending=pending or None)
+    except Exception as exc:  # fail safe: the pending call could not be judged, every other decision still holds
+        log.error("pending call could not be checked (%s); deciding without it", type(exc).__name__)
+        d = service.enforcer.decide(session_id, body.trace_id or None, body.virtual_key or None,
+                                    body.feature or None)
+    return enforcement_answer(d, session_id)
 
 
 class FastCheck:
@@ -227,6 +247,14 @@ class FastCheck:
         if scope["type"] != "http" or scope["path"] != "/v1/check" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        if self.service.api_token_required:
+            authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            refusal = reader_refusal(self.service, authorization)
+            if refusal is not None:
+                status, message = refusal
+                headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+                await _send(send, status, headers, orjson.dumps({"detail": message}))
+                return
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -241,10 +269,14 @@ class FastCheck:
             if not message.get("more_body", False):
                 status, headers, content = check_answer(self.service, b"".join(chunks))
                 break
-        raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
-        raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
-        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": content})
+        await _send(send, status, headers, content)
+
+
+async def _send(send: Any, status: int, headers: dict[str, str], content: bytes) -> None:
+    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+    raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": content})
 
 
 def create_api(service: ServicePort) -> FastAPI:
@@ -261,7 +293,12 @@ def create_api(service: ServicePort) -> FastAPI:
         return Health(status="ok", version=__version__, watermark_us=job.watermark_us, cycles=job.cycles,
                       last_cycle_seconds=job.last_cycle_seconds)
 
-    @app.get("/metrics", tags=["ops"], response_class=Response)
+    reader = [Depends(require_reader)]
+    unauthorized: dict[int | str, dict[str, Any]] = {
+        401: {"description": "API token required (the API listens beyond loopback)"},
+        403: {"description": "invalid API token"}}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=reader, responses=unauthorized)
     def metrics() -> Response:
         """Prometheus metrics."""
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -269,13 +306,13 @@ def create_api(service: ServicePort) -> FastAPI:
     blocked_doc: dict[int | str, dict[str, Any]] = {
         429: {"model": BlockedOut, "description": "the call must not proceed (Retry-After: 60)"}}
 
-    check_doc = {**blocked_doc, 422: {"model": InvalidBody, "description": "invalid body"},
+    check_doc = {**blocked_doc, **unauthorized, 422: {"model": InvalidBody, "description": "invalid body"},
                  413: {"description": f"body larger than {CHECK_BODY_MAX} bytes"}}
     check_body = {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/CheckRequest"}}}}}
 
     @app.post("/v1/check", response_model=DecisionOut, responses=check_doc, tags=["enforcement"],
-              openapi_extra=check_body)
+              openapi_extra=check_body, dependencies=reader)
     async def check(request: Request) -> Response:
         """The decision for the call about to be made. With ``pending`` (its fingerprints), the call is
         recorded and a call that would complete a loop of a blocking rule in enforce mode is refused before
@@ -285,21 +322,28 @@ def create_api(service: ServicePort) -> FastAPI:
         status, headers, content = check_answer(service, await request.body())
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 
-    @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"])
+    @app.get("/v1/decision", response_model=DecisionOut, tags=["enforcement"], dependencies=reader,
+             responses=unauthorized)
     async def decision(
-        session_id: str = Query(min_length=1, max_length=ID_MAX),
-        trace_id: str | None = Query(None, max_length=TRACE_MAX),
+        session_id: str | None = Query(None, min_length=1, max_length=ID_MAX,
+                                       description="optional when trace_id is given"),
+        trace_id: str | None = Query(None, min_length=1, max_length=TRACE_MAX,
+                                     description="alone, the trace's known session is used"),
         virtual_key: str | None = Query(None, max_length=ID_MAX),
         feature: str | None = Query(None, max_length=ID_MAX),
     ) -> Response:
-        """The current decision for a call in these scopes, as a plain read (always 200; nothing recorded).
-        An unknown session is ``allow``."""
+        """The current decision for a call in these scopes, as a plain read (200; nothing recorded). A session id
+        or a trace id (or both) is required (422 otherwise). An unknown session is ``allow``."""
+        if not session_id and not trace_id:
+            return _json({"detail": [{"type": "missing", "loc": ["query", "session_id"],
+                                      "msg": "session_id or trace_id is required"}]}, 422)
+        session_id = session_id or service.enforcer.session_of(trace_id or "")
         d = service.enforcer.decide(session_id, trace_id or None, virtual_key or None, feature or None)
         headers = {WARNING_HEADER: warning_header(d)} if d.action != ACTION_ALLOW else None
         return _json(decision_payload(d, session_id), 200, headers)
 
-    @app.get("/v1/blocklist", response_model=BlocklistOut, tags=["enforcement"],
-             responses={304: {"description": "not modified (If-None-Match matched the ETag)"}})
+    @app.get("/v1/blocklist", response_model=BlocklistOut, tags=["enforcement"], dependencies=reader,
+             responses={304: {"description": "not modified (If-None-Match matched the ETag)"}, **unauthorized})
     async def blocklist(if_none_match: str | None = Header(None, max_length=1024)) -> Response:
         """Everything blocked now (sessions, traces, keys, features) with expiry times; ``ETag`` / ``304``."""
         body, etag = service.enforcer.blocklist()
@@ -308,7 +352,8 @@ def create_api(service: ServicePort) -> FastAPI:
             return Response(status_code=304, headers=headers)
         return Response(body, media_type="application/json", headers=headers)
 
-    @app.get("/api/budgets/status", response_model=BudgetStatusOut, tags=["budgets"])
+    @app.get("/api/budgets/status", response_model=BudgetStatusOut, tags=["budgets"], dependencies=reader,
+             responses=unauthorized)
     async def budget_status(
         x_cost_feature: str | None = Header(None, max_length=ID_MAX),
         x_cost_session: str | None = Header(None, max_length=ID_MAX),
@@ -341,5 +386,6 @@ def create_api(service: ServicePort) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_middleware(FastCheck, service=service)
+    app.add_middleware(BodyLimit, max_bytes=lambda: service.config.api.max_body_bytes)
+    app.add_middleware(FastCheck, service=service)  # outermost: the hot path runs before anything else
     return app

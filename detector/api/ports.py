@@ -4,7 +4,7 @@ not on the process wiring (:class:`detector.service.process.Service` implements 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from detector.api.metrics import Metrics
 from detector.enforcement.enforcer import Enforcer
@@ -13,7 +13,7 @@ from detector.enforcement.policy import PolicyOverrides
 from detector.settings.config import AppConfig
 from detector.storage.transport import Store
 
-__all__ = ["DetectionStatus", "ServicePort"]
+__all__ = ["DetectionStatus", "ServicePort", "WebhookOutboxView"]
 
 
 class DetectionStatus(Protocol):
@@ -32,6 +32,16 @@ class DetectionStatus(Protocol):
     def last_cycle_seconds(self) -> float: ...
 
 
+class WebhookOutboxView(Protocol):
+    """The webhook outbox as the admin routes see it."""
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    def retry_dead_letters(self, event_id: str | None = None) -> int: ...
+
+
 class ServicePort(Protocol):
     """The service as the API's routes use it."""
 
@@ -46,6 +56,12 @@ class ServicePort(Protocol):
 
     @property
     def admin_token(self) -> str: ...
+
+    @property
+    def api_token(self) -> str: ...  # the agents' token for the enforcement reads
+
+    @property
+    def api_token_required(self) -> bool: ...  # whether the enforcement reads need it (or the admin token)
 
     @property
     def started_at(self) -> float: ...
@@ -67,6 +83,9 @@ class ServicePort(Protocol):
 
     @property
     def metrics(self) -> Metrics: ...
+
+    @property
+    def webhooks(self) -> WebhookOutboxView | None: ...  # None when no webhook is configured
 
     def pending_windows(self) -> int:
         """Pending-call windows held for pre-flight checks."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from detector import native
@@ -17,9 +18,11 @@ DEFAULT_DATA_DIR = ".loop-detector"
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from detector.service.logs import configure_logging
-    from detector.service.process import Service
+    from detector.service.process import Endpoints, Service
 
     configure_logging(args.log_level)
+    # everything serve creates (the store's files, the journal, the token files) is its user's only: 0600 / 0700
+    os.umask(0o077)
     try:
         config = load_config(args.config, preset=args.preset)
     except ConfigError as exc:
@@ -27,13 +30,28 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if args.shard:
         config.detector.shard = args.shard
-    service = Service(config, args.data_dir, config_path=args.config, preset=args.preset)
-    print(f"loop-detector: OTLP/HTTP on http://{args.host}:{args.otlp_port}/v1/traces, "
-          f"API on http://{args.host}:{args.api_port} (docs at /docs), data in {args.data_dir}; "
-          f"detection core: {native.status()}", file=sys.stderr)
+    if args.clickhouse_http_port is not None:
+        config.clickhouse_http.port = args.clickhouse_http_port
     try:
-        asyncio.run(service.serve(args.host, args.otlp_port, args.api_port))
-    except KeyboardInterrupt:
+        service = Service(config, args.data_dir, config_path=args.config, preset=args.preset)
+    except ConfigError as exc:
+        print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
+        return 2
+
+    def announce(endpoints: Endpoints) -> None:
+        grpc = f"OTLP/gRPC on {endpoints.otlp_grpc}, " if endpoints.otlp_grpc else "OTLP/gRPC off, "
+        clickhouse = (f", ClickHouse HTTP (read-only, user default) on {endpoints.clickhouse}"
+                      if endpoints.clickhouse else "")
+        print(f"loop-detector: OTLP/HTTP on {endpoints.otlp}/v1/traces (and /v1/logs), "
+              f"API on {endpoints.api} (docs at /docs), {grpc}data in {args.data_dir}{clickhouse}; "
+              f"detection core: {native.status()}", file=sys.stderr, flush=True)
+
+    try:
+        service.bind(args.host, args.otlp_port, args.api_port)
+        # SIGTERM and SIGINT stop it gracefully (Service.serve); close() then runs the last cycle and checkpoint
+        asyncio.run(service.serve(otlp_grpc_port=None if args.no_otlp_grpc else args.otlp_grpc_port,
+                                  on_ready=announce))
+    except KeyboardInterrupt:  # a SIGINT before the handlers were installed
         pass
     finally:
         service.close()
@@ -90,13 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the OTLP receiver, the detector and the API in one process")
     serve.add_argument("--config", help="YAML config file (defaults apply without one)")
     serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="embedded store directory (default %(default)s)")
-    serve.add_argument("--otlp-port", type=int, default=4318)
-    serve.add_argument("--api-port", type=int, default=8080)
+    serve.add_argument("--otlp-port", type=int, default=4318,
+                       help="OTLP/HTTP receiver (default %(default)s; 0: a free port, the startup line says which)")
+    serve.add_argument("--otlp-grpc-port", type=int, default=4317,
+                       help="OTLP/gRPC receiver, trace and logs services (default %(default)s; 0: a free port)")
+    serve.add_argument("--no-otlp-grpc", action="store_true", help="no OTLP/gRPC receiver")
+    serve.add_argument("--api-port", type=int, default=8080, help="0: a free port (the startup line says which)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
     serve.add_argument("--preset", choices=PRESETS, help=(
         "protect: blocking that is safe for honest work (calls repeating without progress, the failure loop); the "
         "config file's own settings override it; default: the file's `preset:`, else never block"))
+    serve.add_argument("--clickhouse-http-port", type=int, metavar="PORT",
+                       help="also serve a read-only ClickHouse-compatible HTTP endpoint over the embedded store on "
+                            "this port (conventionally 8123), for Grafana's ClickHouse plugin (config: "
+                            "clickhouse_http.port; off when not set)")
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(func=_cmd_serve)
 

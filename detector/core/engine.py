@@ -110,6 +110,9 @@ class CycleOutput:
     mark: int = field(default_factory=lambda: next(_OUTPUT_MARKS))  # tells this batch's scopes (ScopeState.marked)
     decisions: list[Decision] = field(default_factory=list)
     calls_scored: int = 0
+    # late session binding: (trace id, session id) of every trace whose fallback session scope (keyed by the trace
+    # id) was folded into its session's in this batch
+    rebound: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def score_dicts(self) -> list[dict[str, Any]]:
@@ -417,6 +420,11 @@ class Engine:
         wanted: set[tuple[str, str]] = set()
         states = self.states
         for c in calls:
+            if c.session_source != SESSION_SOURCE_TRACE and c.session_id and c.trace_id not in self.trace_sessions:
+                # a session that may become known late: both session scopes a late binding folds together
+                for key in ((SCOPE_SESSION, c.session_id), (SCOPE_SESSION, c.trace_id)):
+                    if key not in states:
+                        wanted.add(key)
             if c.is_tool and not self._follows(c):
                 continue
             key = (SCOPE_TRACE, c.trace_id)
@@ -476,8 +484,10 @@ class Engine:
         return changed
 
     def process_call(self, call: Call, out: CycleOutput, now_us: int) -> None:
-        if call.session_source != SESSION_SOURCE_TRACE and call.session_id:
-            self.trace_sessions.setdefault(call.trace_id, call.session_id)
+        if (call.session_source != SESSION_SOURCE_TRACE and call.session_id
+                and call.trace_id not in self.trace_sessions):
+            self.trace_sessions[call.trace_id] = call.session_id
+            self._bind_late_session(call.trace_id, call.session_id, out)
         if call.is_tool and not self._follows(call):
             return
         trace = self.state(SCOPE_TRACE, call.trace_id, out)
@@ -490,7 +500,9 @@ class Engine:
 
         session_id = call.session_id
         if call.session_source == SESSION_SOURCE_TRACE:
-            session_id = self.trace_sessions.get(call.trace_id, call.session_id)
+            # the session another span of the trace named (before this call or, bound late, after it); a trace
+            # state loaded from the store after a restart remembers it as its session_id
+            session_id = self.trace_sessions.get(call.trace_id) or trace.session_id or call.session_id
         turn = Turn(call, trace.pending_tools, self.cost(call))
         trace.pending_tools = []
         view = turn_view(turn)
@@ -544,6 +556,56 @@ class Engine:
                                                virtual_key=call.virtual_key, feature=call.feature,
                                                trace_id=call.trace_id, span_id=call.span_id))
         out.calls_scored += 1
+
+    def _bind_late_session(self, trace_id: str, session_id: str, out: CycleOutput) -> None:
+        """The trace's session has just become known (its root span, exported last, or a late attribute): the
+        calls it had already made, scored so far under the trace id as their session, count for that session
+        from now on, with their history. The fallback session scope (keyed by the trace id) is folded into the
+        session's: histories merged in span order (the newest ``history_depth`` kept), counters summed, the
+        stronger of the two escalation states kept; the fallback's published decision is withdrawn (an
+        ``allow`` for it). A trace already bound keeps its session (the first one named wins)."""
+        fallback = self.states.pop((SCOPE_SESSION, trace_id), None)
+        trace = self.states.get((SCOPE_TRACE, trace_id))
+        if trace is not None and trace.session_id != session_id:
+            trace.session_id = session_id
+            # its decision is published again, naming the session (a trace-only check reads it)
+            trace.from_level, trace.published = -1, None
+            self.state(SCOPE_TRACE, trace_id, out)
+        if fallback is None or fallback.calls == 0:
+            return
+        target = self.states.get((SCOPE_SESSION, session_id))
+        if target is None or target.calls == 0:  # the usual case: the run is the session's first
+            fallback.scope_id = session_id
+            merged = fallback
+            if target is not None:
+                merged.virtual_key = merged.virtual_key or target.virtual_key
+                merged.feature = merged.feature or target.feature
+            self.states[(SCOPE_SESSION, session_id)] = merged
+        else:
+            merged = target
+            turns = sorted([*target.history, *fallback.history], key=lambda t: (t.call.ts_ns, t.call.span_id))
+            merged.history = deque(turns[-target.history.maxlen:] if target.history.maxlen else turns,
+                                   maxlen=target.history.maxlen)
+            merged.window = None  # rebuilt from the merged history by the next score
+            merged.calls += fallback.calls
+            merged.tokens += fallback.tokens
+            merged.cost_usd += fallback.cost_usd
+            merged.first_ns = min(x for x in (target.first_ns, fallback.first_ns) if x) if (
+                target.first_ns or fallback.first_ns) else 0
+            merged.last_ns = max(target.last_ns, fallback.last_ns)
+            merged.last_seen_us = max(target.last_seen_us, fallback.last_seen_us)
+            merged.peak = max(target.peak, fallback.peak)
+            if (fallback.escalation.level, fallback.ema or 0.0) > (target.escalation.level, target.ema or 0.0):
+                merged.escalation, merged.ema = fallback.escalation, fallback.ema
+                merged.dominant, merged.signals = fallback.dominant, fallback.signals
+                merged.instruction = fallback.instruction
+            for name, trip in fallback.trips.items():
+                merged.trips.setdefault(name, trip)
+        merged.session_id = session_id
+        merged.published = None  # its decision is published again at the end of the batch
+        merged.from_level = -1
+        self.state(SCOPE_SESSION, session_id, out)  # marks it dirty in this batch (once)
+        out.rebound.append((trace_id, session_id))  # the job withdraws the fallback scope's decision and state
 
     def _follows(self, call: Call) -> bool:
         """Whether this detector keeps a tool span: it has a session of its own, or its trace is followed."""

@@ -8,6 +8,12 @@ Each cycle:
 2. the engine scores them call by call in span-time order;
 3. scores, events, state, decisions and the new watermark are written back, and the in-memory
    :class:`~detector.core.decisions.DecisionBook` the API reads is updated.
+
+A cycle's writes are idempotent across a crash: before writing it records the range it read (``writing``,
+watermark and cutoff) and writes its scores and events with an ``insert_deduplication_token`` naming that range.
+Killed before its new watermark was written, the cycle is run again after the restart over the very same range
+(the engine, replayed to the old watermark, scores the same calls the same way) with the same tokens, and what it
+had already written is stored once (``clickhouse/006_detector_dedup.sql``): no score or event twice, none lost.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
 from detector.storage.budget_totals import load_totals, save_totals
 from detector.storage.call_rows import CALL_COLUMNS
+from detector.storage.log_content import LogContent
 from detector.storage.persisted_scopes import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.storage.tables import decision_table, event_table, score_table, state_table
 from detector.storage.transport import Store, insert_rows
@@ -36,7 +43,7 @@ from detector.storage.transport import Store, insert_rows
 __all__ = [
     "CycleStats", "DELETE_ALL_STATES", "DELETE_CHUNK", "DELETE_STORED", "DetectorJob", "RESET_ALL_DECISIONS",
     "SELECT_DECISIONS", "SELECT_META", "SELECT_NEW_CALLS", "SELECT_NOW_US", "SELECT_SESSION_TRACES", "SELECT_STATES",
-    "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
+    "OVER_CAPACITY", "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
 ]
 
 log = logging.getLogger("loop_detector.detector")
@@ -95,6 +102,9 @@ WHERE scope = 'trace' AND session_id IN {ids:Array(String)} AND deleted = 0
 SESSION_EXISTS = """
 SELECT count() AS n FROM otel.loop_state FINAL WHERE scope = 'session' AND scope_id IN {ids:Array(String)} AND deleted = 0
 """
+# Sessions in memory may exceed max_sessions by this factor between eviction runs; a cycle that leaves more evicts
+# at once (the least recently active first), so memory is bounded by the config, not by the rate of new sessions.
+OVER_CAPACITY = 1.1
 UNSAVED_MERGE_AT = 32  # cycles' lists of changed scopes kept apart before they are merged into one
 
 
@@ -155,6 +165,8 @@ class DetectorJob:
         self.last_stats = CycleStats()
         self.cycles = 0
         self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.detection.gc_policy)
+        self.log_content = LogContent(store)  # content that came in logs, joined to its calls
+        self.rerun_cutoff_us = 0  # a cycle killed while writing: run again over (watermark, this] after a restart
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -192,7 +204,13 @@ class DetectorJob:
         index, count = self.shard
         self.stored.load(self.store.rows(SELECT_STORED_SCOPES, {"shards": count, "shard": index}))
         self.stored.discard(list(self.engine.states))
+        rows = self.store.rows(SELECT_META, {"key": self._meta_key("writing")})
+        if rows:
+            start, _, end = str(rows[0]["value"]).partition(":")
+            if int(start) == self.processed_us and int(end or 0) > self.processed_us:
+                self.rerun_cutoff_us = int(end)
         log.info("detector resumed", extra={"checkpoint_us": self.checkpoint_us, "processed_us": self.processed_us,
+                                            "rerun_cutoff_us": self.rerun_cutoff_us,
                                             "decisions": len(decisions), "stored_scopes": len(self.stored)})
 
     # -- one cycle ------------------------------------------------------------------------------
@@ -200,7 +218,13 @@ class DetectorJob:
         with self.lock, self.collector.cycle():
             if self.processed_us > self.watermark_us:
                 self._cycle(self.processed_us, replay=True)
-            return self._cycle(None, replay=False)
+            if self.rerun_cutoff_us:  # the cycle a crash interrupted, over the same range, with the same tokens
+                cutoff, self.rerun_cutoff_us = self.rerun_cutoff_us, 0
+                self._cycle(cutoff, replay=False)
+            stats = self._cycle(None, replay=False)
+            if self.active_sessions() > self.config.loop_detection.max_sessions * OVER_CAPACITY:
+                self.evict()  # a burst of new sessions: bounded now, not at the next eviction run
+            return stats
 
     def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
         started = time.perf_counter()
@@ -213,20 +237,32 @@ class DetectorJob:
         calls = Call.from_columns(self.store.arrow(
             SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
         ).to_pydict())
+        calls = self.log_content.enrich(calls)
         self._load_missing(calls)
         read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)
         scored = time.perf_counter()
         self._remember_unsaved(out.dirty)
         if not replay:
-            out.events.extend(self.engine.budgets.drain_events())  # exhaustions the API announced
+            token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
+            insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
+                                                        "value": f"{self.watermark_us}:{cutoff}",
+                                                        "version": self.version()}])
             if len(out.scores):
-                self.store.insert_arrow("otel.loop_scores", score_table(out.scores))
+                self.store.insert_arrow("otel.loop_scores", score_table(out.scores),
+                                        {"insert_deduplication_token": "scores:" + token})
             if out.events:
-                self.store.insert_arrow("otel.loop_events", event_table(out.events))
+                self.store.insert_arrow("otel.loop_events", event_table(out.events),
+                                        {"insert_deduplication_token": "events:" + token})
+            announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
+            if announced:
+                self.store.insert_arrow("otel.loop_events", event_table(announced))
+                out.events.extend(announced)
         version = self.version()
         if out.decisions:
             self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))
+        if out.rebound:
+            self._withdraw_fallback_sessions([trace_id for trace_id, _ in out.rebound], version)
         self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
         self.watermark_us = cutoff
         if not replay:
@@ -253,6 +289,19 @@ class DetectorJob:
             except Exception:  # an observer (metrics, logs, webhooks) must never break detection
                 log.exception("cycle observer failed")
         return stats
+
+    def _withdraw_fallback_sessions(self, trace_ids: list[str], version: int) -> None:
+        """Traces whose session became known late: the session scopes they were scored under until then (keyed by
+        the trace id) now live in their sessions' (:meth:`Engine._bind_late_session`); their decisions and stored
+        states go."""
+        for trace_id in trace_ids:
+            self.book.drop(SCOPE_SESSION, trace_id)
+        insert_rows(self.store, "otel.loop_decisions",
+                    (Decision(scope=SCOPE_SESSION, scope_id=t).to_row(version) for t in trace_ids))
+        for start in range(0, len(trace_ids), DELETE_CHUNK):
+            self.store.command(DELETE_STORED, {"scope": SCOPE_SESSION, "ids": trace_ids[start:start + DELETE_CHUNK],
+                                               "v": version})
+        self.stored.discard([(SCOPE_SESSION, t) for t in trace_ids])
 
     def _maybe_checkpoint(self, now_us: int, force: bool = False) -> None:
         if not force and now_us - self.last_checkpoint_us < self.config.detector.checkpoint_seconds * 1e6:

@@ -64,11 +64,22 @@ class Enforcer:
     def budgets(self) -> BudgetTracker:
         return self._budgets()
 
-    def decide(self, session_id: str, trace_id: str | None = None, virtual_key: str | None = None,
+    def session_of(self, trace_id: str) -> str:
+        """The session a trace belongs to, as the detector last published it (its trace decision names it); a trace
+        without a known session is its own session (the detector's fallback scope, keyed by the trace id)."""
+        d = self.book.get(SCOPE_TRACE, trace_id)
+        return d.session_id if d is not None and d.session_id else trace_id
+
+    def decide(self, session_id: str | None, trace_id: str | None = None, virtual_key: str | None = None,
                feature: str | None = None, pending: dict[str, Any] | None = None,
                now_us: int | None = None) -> Decision:
-        """The decision for a call in these scopes; with ``pending``, the pending call is recorded and checked."""
+        """The decision for a call in these scopes; with ``pending``, the pending call is recorded and checked.
+        A trace id alone is enough: the trace's session is the one the detector knows for it (:meth:`session_of`)."""
         now_us = now_us if now_us is not None else int(time.time() * 1e6)
+        if not session_id:
+            if not trace_id:
+                raise ValueError("a session id or a trace id is required")
+            session_id = self.session_of(trace_id)
         base = self.book.lookup(session_id, trace_id, virtual_key, feature, now_us)
         candidates: list[Decision] = []
         for scope, scope_id in ((SCOPE_SESSION, session_id), (SCOPE_KEY, virtual_key)):

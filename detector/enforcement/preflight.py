@@ -20,6 +20,7 @@ session, when idle past the session timeout, and beyond ``max_windows`` (least r
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable
@@ -61,13 +62,24 @@ def fingerprint_int(text: str) -> int:
 
 def canonical_arguments(arguments: Any) -> str:
     """Tool arguments as canonical JSON (sorted keys): a JSON string is parsed first, so ``'{"b":1,"a":2}'``
-    and ``{"a": 2, "b": 1}`` are the same call; anything else that is not JSON is taken as it is."""
+    and ``{"a": 2, "b": 1}`` are the same call; anything else that is not JSON is taken as it is.
+
+    Total: tool arguments come from the model, so any value must give a fingerprint, never an error (an error
+    here was a 500 from ``/v1/check``, and an SDK failing open let a blocked session through). orjson refuses
+    integers beyond 64 bits and nesting deeper than 255; the standard library's encoder writes both."""
     if isinstance(arguments, str):
         try:
             arguments = orjson.loads(arguments)
         except orjson.JSONDecodeError:
             return arguments
-    return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError: a big integer, deep nesting
+        pass
+    try:
+        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return repr(arguments)
 
 
 def tool_fingerprint(name: str, arguments: Any) -> int:

@@ -19,8 +19,11 @@ contrib ClickHouse exporter writes it:
 
 Spans that cannot be stored sensibly are rejected one by one (the rest of the request is kept): a
 trace id that is not 16 bytes or is all zero, a span id that is not 8 bytes or is all zero, a parent
-span id of the wrong length, a start time of 0, an end time before the start, a start further in the
-future than ``max_future_skew_seconds`` or older than ``max_age_days``. The result carries the count
+span id of the wrong length, a start time of 0, an end time before the start or past the end of
+``DateTime64(9)`` (2262-04-11: the store's materialized view computes the end as a ``DateTime64(9)`` and
+would fail the whole insert), a start further in the future than ``max_future_skew_seconds`` or older than
+``max_age_days``. Every value the store would reject is caught here, before the insert, so that one
+sender's bad span costs that span only (``detector/ingest/commit.py`` isolates what still gets through). The result carries the count
 and a short message naming the reasons and the first offending positions (never attribute values:
 they may hold prompts).
 
@@ -47,7 +50,7 @@ import orjson
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from detector.ingest.spans import NS_PER_SECOND, SpanBatch
+from detector.ingest.spans import MAX_DATETIME64_NS, NS_PER_SECOND, SpanBatch
 from detector.settings.config import IngestSettings
 
 __all__ = [
@@ -293,6 +296,8 @@ def _span_problem(trace_id: bytes, span_id: bytes, parent: bytes, start: int, en
         return "missing start time", ""
     if end < start:
         return "end time before start time", f"by {start - end} ns"
+    if end > MAX_DATETIME64_NS:
+        return "end time out of range", "after 2262-04-11 23:47:16 UTC, the end of DateTime64(9)"
     if start > window.max_start_ns:
         return "start time too far in the future", f"{(start - window.now_ns) // NS_PER_SECOND} s ahead"
     if start < window.min_start_ns:
@@ -322,7 +327,7 @@ def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettin
                       now_ns: int | None = None) -> DecodeResult:
     """The spans of a parsed ExportTraceServiceRequest (the protobuf hot path)."""
     window = _Window.of(settings or IngestSettings(), now_ns)
-    min_start, max_start = window.min_start_ns, window.max_start_ns
+    min_start, max_start, max_end = window.min_start_ns, window.max_start_ns, MAX_DATETIME64_NS
     kinds, codes = SPAN_KINDS, STATUS_CODES
     zero_trace, zero_span = _ZERO_TRACE_ID, _ZERO_SPAN_ID
     value_str = _value_str_cached
@@ -351,7 +356,7 @@ def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettin
                 start = span.start_time_unix_nano
                 end = span.end_time_unix_nano
                 if (len(trace_id) != 16 or trace_id == zero_trace or len(span_id) != 8 or span_id == zero_span
-                        or start < min_start or start > max_start or end < start
+                        or start < min_start or start > max_start or end < start or end > max_end
                         or (parent and len(parent) != 8)):
                     if rejections is None:
                         rejections = _Rejections()
@@ -658,7 +663,7 @@ def _rows_from_json(document: Mapping[str, Any], settings: IngestSettings | None
                 assert trace_id is not None and span_id is not None and parent is not None
                 if (len(trace_id) != 16 or trace_id == _ZERO_TRACE_ID or len(span_id) != 8
                         or span_id == _ZERO_SPAN_ID or start < window.min_start_ns or start > window.max_start_ns
-                        or end < start or (parent and len(parent) != 8)):
+                        or end < start or end > MAX_DATETIME64_NS or (parent and len(parent) != 8)):
                     rejections = rejections or _Rejections()
                     rejections.add(where, *_span_problem(trace_id, span_id, parent, start, end, window))
                     continue

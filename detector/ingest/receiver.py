@@ -1,4 +1,10 @@
-"""The embedded OTLP/HTTP trace receiver: ``POST /v1/traces`` (default port 4318).
+"""The embedded OTLP/HTTP receiver: ``POST /v1/traces`` and ``POST /v1/logs`` (default port 4318).
+
+``/v1/logs`` follows the same rules as ``/v1/traces`` below, into ``otel.otel_logs``
+(:mod:`detector.ingest.logs_commit`); ``/v1/metrics`` is answered (metrics are not stored: every point is reported
+rejected, see :data:`detector.ingest.logs.METRICS_REFUSED`) so that SDKs exporting every signal by default do not
+log export failures. The OTLP/gRPC receiver (:mod:`detector.ingest.grpc_receiver`) commits through this app's
+committers.
 
 Per the OTLP/HTTP specification:
 
@@ -9,17 +15,19 @@ Per the OTLP/HTTP specification:
   ``partial_success`` (``rejected_spans``, ``error_message``) when some spans were rejected;
 - ``400`` for a body that cannot be decoded (corrupt or truncated gzip, bad protobuf, bad JSON), its
   body a ``google.rpc.Status`` in the request's encoding (JSON when the encoding is unknown);
+- ``401`` (``google.rpc.Status`` code 16, UNAUTHENTICATED) when bearer tokens are configured and the request
+  does not carry ``Authorization: Bearer <one of them>`` (the collector's ``bearertokenauth`` convention; compared
+  in constant time, never echoed);
 - ``413`` when the body, compressed or decompressed, exceeds ``max_body_bytes`` (decompression stops
   at the limit, so a gzip bomb costs at most that much memory);
 - ``503`` with ``Retry-After`` when the store fails: retryable, nothing of the request is
-  acknowledged.
+  acknowledged. Never for the request's data: spans the store refuses are rejected one by one.
 
 ``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
 materialized view into ``otel.genai_calls`` included). Decoding (into an Arrow table of the rows)
-runs in a worker thread and inserts in another, so the event loop only moves bytes. Requests that
-arrive while an insert is running are committed together in the next insert (group commit): one
-larger insert is cheaper per row than several small ones (the materialized view has a fixed cost per
-insert), and every request still waits for the insert that holds its own rows.
+runs in a worker thread; committing (group commit, isolation between senders, all or nothing,
+idempotent retries) is :mod:`detector.ingest.commit`'s, so that every receiver shares one commit path.
+This module only moves bytes and maps outcomes to HTTP.
 
 Attribute values are never logged (they may hold prompts): log lines carry counts, positions,
 reasons and error codes only.
@@ -27,32 +35,50 @@ reasons and error codes only.
 
 from __future__ import annotations
 
-import asyncio
+import hmac
 import logging
-import re
-import time
 import zlib
-from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 import orjson
 import pyarrow as pa
 from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from detector.ingest.otlp import TRACES_TABLE, DecodeResult, OTLPDecodeError, decode_json, decode_protobuf, gc_paused
+from detector.ingest.commit import (
+    MAX_GROUP_BYTES,
+    CommitOutcome,
+    Committer,
+    DecodedRequest,
+    IngestMetrics,
+    request_digest,
+    safe_error,
+)
+from detector.ingest.logs import (
+    METRICS_REFUSED,
+    count_metric_points_json,
+    count_metric_points_pb,
+    decode_logs_json,
+    decode_logs_protobuf,
+)
+from detector.ingest.logs_commit import LogsCommitter
+from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf, gc_paused
 from detector.settings.config import IngestSettings
+from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 
 __all__ = [
-    "CODE_INVALID_ARGUMENT", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "GroupCommitter", "IngestMetrics",
-    "JSON", "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "create_otlp_app", "inflate_limited",
+    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "IngestMetrics", "JSON",
+    "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "authorized", "create_otlp_app", "decode_logs_body",
+    "decode_request", "inflate_limited",
 ]
 
 log = logging.getLogger("loop_detector.ingest")
@@ -64,24 +90,12 @@ COMPRESSED = ("gzip", "deflate")
 # google.rpc.Code values carried in the error bodies
 CODE_INVALID_ARGUMENT = 3
 CODE_UNAVAILABLE = 14
+CODE_UNAUTHENTICATED = 16
 
 RETRY_AFTER_SECONDS = 5
-# One group commit stops adding requests once its Arrow tables reach this size.
-MAX_GROUP_BYTES = 128 * 1024 * 1024
 # Requests decoded at once. Decoding holds the GIL, so more threads would not decode faster; one
 # thread finishes the first request of a burst soonest, so the first insert starts soonest.
 DECODE_THREADS = 1
-
-
-@dataclass
-class IngestMetrics:
-    """Counters the receiver updates (read by ``/metrics`` and tests)."""
-
-    spans_accepted: int = 0
-    spans_rejected: int = 0
-    requests_by_status: Counter[int] = field(default_factory=Counter)
-    inserts: int = 0  # store inserts (one per group commit)
-    insert_seconds: float = 0.0  # wall time spent inside the store's insert
 
 
 class _TooLarge(Exception):
@@ -124,76 +138,48 @@ def _media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def _decode(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[DecodeResult, pa.Table]:
-    """Worker-thread part of a request: decompress, decode, build the Arrow table for the insert."""
+def decode_request(body: bytes, encoding: str, media: str, settings: IngestSettings) -> DecodedRequest:
+    """Worker-thread part of a request: decompress, decode, build the Arrow table of the rows; the digest
+    (the retry identity) is of the decompressed body."""
     if encoding in COMPRESSED:
         body = inflate_limited(body, settings.max_body_bytes, encoding)
     result = decode_protobuf(body, settings) if media == PROTOBUF else decode_json(body, settings)
     with gc_paused():
-        return result, result.spans.to_arrow()
+        rows = result.spans.to_arrow()
+    return DecodedRequest(rows, result.rejected, result.error_message, request_digest(media, body))
 
 
-def _safe_error(exc: BaseException) -> str:
-    """An exception as type and ClickHouse error code only: messages may quote row data."""
-    match = re.search(r"Code: (\d+)", str(exc))
-    return f"{type(exc).__name__}{f' (ClickHouse code {match.group(1)})' if match else ''}"
+def decode_logs_body(body: bytes, encoding: str, media: str, settings: IngestSettings) -> tuple[Any, pa.Table]:
+    """Worker-thread part of a ``/v1/logs`` request (the logs twin of :func:`decode_request`)."""
+    if encoding in COMPRESSED:
+        body = inflate_limited(body, settings.max_body_bytes, encoding)
+    result = decode_logs_protobuf(body, settings) if media == PROTOBUF else decode_logs_json(body, settings)
+    with gc_paused():
+        return result, result.logs.to_arrow()
 
 
-class GroupCommitter:
-    """Commits Arrow tables of rows to the store one insert at a time, merging the tables of the
-    requests that queued up while the previous insert ran."""
-
-    def __init__(self, store: Store, metrics: IngestMetrics, table: str = TRACES_TABLE,
-                 max_group_bytes: int = MAX_GROUP_BYTES) -> None:
-        self.store = store
-        self.metrics = metrics
-        self.table = table
-        self.max_group_bytes = max_group_bytes
-        self._pending: list[tuple[pa.Table, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def commit(self, rows: pa.Table) -> None:
-        """Return once ``rows`` are committed; raise what the store raised otherwise."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((rows, future))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
-        await asyncio.shield(future)
-
-    async def _drain(self) -> None:
-        while self._pending:
-            group: list[tuple[pa.Table, asyncio.Future[None]]] = []
-            size = 0
-            while self._pending and (not group or size + self._pending[0][0].nbytes <= self.max_group_bytes):
-                rows, future = self._pending.pop(0)
-                group.append((rows, future))
-                size += rows.nbytes
-            try:
-                await anyio.to_thread.run_sync(self._insert, [p for p, _ in group])
-            except BaseException as exc:  # every request of the group gets the store's failure
-                for _, future in group:
-                    if not future.done():
-                        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("insert cancelled"))
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                self.metrics.inserts += 1
-                for _, future in group:
-                    if not future.done():
-                        future.set_result(None)
-
-    def _insert(self, tables: list[pa.Table]) -> None:
-        started = time.perf_counter()
-        try:
-            self.store.insert_arrow(self.table, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
-        finally:
-            self.metrics.insert_seconds += time.perf_counter() - started
+def _count_metrics_body(body: bytes, encoding: str, media: str, settings: IngestSettings) -> int:
+    if encoding in COMPRESSED:
+        body = inflate_limited(body, settings.max_body_bytes, encoding)
+    return count_metric_points_pb(body) if media == PROTOBUF else count_metric_points_json(body)
 
 
-def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None) -> Starlette:
-    """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``."""
-    metrics = metrics if metrics is not None else IngestMetrics()
-    committer = GroupCommitter(store, metrics)
+def authorized(given: bytes, expected: Sequence[bytes]) -> bool:
+    """Whether an ``Authorization`` value is one of ``expected`` (every one compared, in constant time)."""
+    ok = False
+    for value in expected:
+        ok |= hmac.compare_digest(given, value)
+    return ok
+
+
+def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None,
+                    committer: Committer | None = None, bearer_tokens: Sequence[str] = ()) -> Starlette:
+    """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``. Without a committer, one
+    without a journal (no repair across a restart) is made over ``store``. With ``bearer_tokens``, a request must
+    carry ``Authorization: Bearer <one of them>``."""
+    expected = [f"Bearer {token}".encode() for token in bearer_tokens]
+    metrics = committer.metrics if committer is not None else metrics if metrics is not None else IngestMetrics()
+    committer = committer if committer is not None else Committer(store, metrics)
     decoders = anyio.CapacityLimiter(DECODE_THREADS)
     limit = settings.max_body_bytes
 
@@ -206,7 +192,7 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             media, body = JSON, orjson.dumps({"code": code, "message": message})
         return Response(body, http_status, headers=headers, media_type=media)
 
-    def export_reply(media: str, result: DecodeResult) -> Response:
+    def export_reply(media: str, result: CommitOutcome) -> Response:
         metrics.requests_by_status[200] += 1
         if media == PROTOBUF:
             response = ExportTraceServiceResponse()
@@ -228,9 +214,21 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def unauthenticated(request: Request, media: str) -> Response | None:
+        if not expected or authorized(request.headers.get("authorization", "").encode("latin-1", "replace"),
+                                      expected):
+            return None
+        message = ("missing authorization header: send Authorization: Bearer <token>"
+                   if "authorization" not in request.headers else "invalid bearer token")
+        return status_reply(401, media if media in (PROTOBUF, JSON) else JSON, CODE_UNAUTHENTICATED, message,
+                            headers={"WWW-Authenticate": "Bearer"})
+
     async def export_traces(request: Request) -> Response:
         raw_type = request.headers.get("content-type")
         media = _media_type(raw_type)
+        refused = unauthenticated(request, media)
+        if refused is not None:
+            return refused
         if media not in (PROTOBUF, JSON):
             return status_reply(415, JSON, CODE_INVALID_ARGUMENT,
                                 f"unsupported Content-Type {raw_type!r}: send {PROTOBUF} or {JSON}")
@@ -250,36 +248,131 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         if body is None:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
         try:
-            result, rows = await anyio.to_thread.run_sync(
-                _decode, body, encoding, media, settings, limiter=decoders)
+            decoded = await anyio.to_thread.run_sync(decode_request, body, encoding, media, settings,
+                                                     limiter=decoders)
         except _TooLarge as exc:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
         except (_BadBody, OTLPDecodeError) as exc:
             log.info("OTLP request rejected: %s", exc)
             return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # a body no decoder rule foresaw: still the sender's, never a 500
+            log.warning("OTLP request rejected: undecodable body (%s)", type(exc).__name__)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT,
+                                f"body could not be decoded ({type(exc).__name__})")
         del body
-        if result.accepted:
-            try:
-                await committer.commit(rows)
-            except Exception as exc:
-                reason = _safe_error(exc)
-                log.error("OTLP insert failed: %s; %d spans not acknowledged (client will retry)",
-                          reason, result.accepted)
-                return status_reply(503, media, CODE_UNAVAILABLE, f"store unavailable: insert failed: {reason}",
-                                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-        metrics.spans_accepted += result.accepted
-        metrics.spans_rejected += result.rejected
-        if result.rejected:
-            log.warning("OTLP partial success: %s", result.error_message)
-        return export_reply(media, result)
+        outcome = await committer.commit(decoded)
+        if outcome.status == COMMIT_RETRYABLE:
+            log.error("OTLP request not acknowledged: %s; %d spans (client will retry)", outcome.retry_reason,
+                      decoded.accepted)
+            return status_reply(503, media, CODE_UNAVAILABLE, outcome.retry_reason or "store unavailable",
+                                headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if not outcome.duplicate:
+            metrics.spans_accepted += outcome.accepted
+            metrics.spans_rejected += outcome.rejected
+        if outcome.rejected:
+            log.warning("OTLP partial success: %s", outcome.error_message)
+        return export_reply(media, outcome)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    # -- /v1/logs and /v1/metrics: the same request rules as /v1/traces ------------------------------------
+    logs_committer = LogsCommitter(store, metrics)
+
+    async def checked_body(request: Request) -> tuple[str, str, bytes] | Response:
+        """Content-Type, Content-Encoding and size checked, as for traces: (media, encoding, body) or the 4xx."""
+        raw_type = request.headers.get("content-type")
+        media = _media_type(raw_type)
+        refused = unauthenticated(request, media)
+        if refused is not None:
+            return refused
+        if media not in (PROTOBUF, JSON):
+            return status_reply(415, JSON, CODE_INVALID_ARGUMENT,
+                                f"unsupported Content-Type {raw_type!r}: send {PROTOBUF} or {JSON}")
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in COMPRESSED and encoding not in ("identity", ""):
+            return status_reply(415, media, CODE_INVALID_ARGUMENT,
+                                f"unsupported Content-Encoding {encoding!r}: send gzip, deflate or identity")
+        declared = request.headers.get("content-length", "")
+        too_large = f"request body exceeds max_body_bytes ({limit} bytes)"
+        if declared.isdigit() and int(declared) > limit:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        try:
+            body = await read_body(request)
+        except ClientDisconnect:
+            metrics.requests_by_status[499] += 1
+            return Response(status_code=400)
+        if body is None:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        return media, encoding, body
+
+    def partial_reply(media: str, response: Any, rejected_field: str, rejected: int, message: str) -> Response:
+        metrics.requests_by_status[200] += 1
+        if media == PROTOBUF:
+            if rejected:
+                setattr(response.partial_success, rejected_field, rejected)
+                response.partial_success.error_message = message
+            return Response(response.SerializeToString(), 200, media_type=PROTOBUF)
+        camel = "".join(w if i == 0 else w.title() for i, w in enumerate(rejected_field.split("_")))
+        document = {"partialSuccess": {camel: str(rejected), "errorMessage": message}} if rejected else {}
+        return Response(orjson.dumps(document), 200, media_type=JSON)
+
+    async def export_logs(request: Request) -> Response:
+        checked = await checked_body(request)
+        if isinstance(checked, Response):
+            return checked
+        media, encoding, body = checked
+        try:
+            result, rows = await anyio.to_thread.run_sync(
+                decode_logs_body, body, encoding, media, settings, limiter=decoders)
+        except _TooLarge as exc:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
+        except (_BadBody, OTLPDecodeError) as exc:
+            log.info("OTLP logs request rejected: %s", exc)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # a body no decoder rule foresaw: still the sender's, never a 500
+            log.warning("OTLP logs request rejected: undecodable body (%s)", type(exc).__name__)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, f"body could not be decoded ({type(exc).__name__})")
+        if result.accepted:
+            try:
+                await logs_committer.commit(rows)
+            except Exception as exc:
+                reason = safe_error(exc)
+                log.error("OTLP logs insert failed: %s; %d records not acknowledged (client will retry)",
+                          reason, result.accepted)
+                return status_reply(503, media, CODE_UNAVAILABLE, f"store unavailable: insert failed: {reason}",
+                                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        metrics.logs_accepted += result.accepted
+        metrics.logs_rejected += result.rejected
+        return partial_reply(media, ExportLogsServiceResponse(), "rejected_log_records", result.rejected,
+                             result.error_message)
+
+    async def export_metrics(request: Request) -> Response:
+        """Metrics are not stored: a valid request is answered with every point rejected (partial success, not
+        retryable), so SDKs that export all signals by default neither fail nor retry."""
+        checked = await checked_body(request)
+        if isinstance(checked, Response):
+            return checked
+        media, encoding, body = checked
+        try:
+            points = await anyio.to_thread.run_sync(_count_metrics_body, body, encoding, media, settings,
+                                                    limiter=decoders)
+        except _TooLarge as exc:
+            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
+        except (_BadBody, OTLPDecodeError) as exc:
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # never a 500
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, f"body could not be decoded ({type(exc).__name__})")
+        return partial_reply(media, ExportMetricsServiceResponse(), "rejected_data_points", points,
+                             METRICS_REFUSED if points else "")
+
     app = Starlette(routes=[
         Route("/v1/traces", export_traces, methods=["POST"]),
+        Route("/v1/logs", export_logs, methods=["POST"]),
+        Route("/v1/metrics", export_metrics, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
     ])
     app.state.ingest_metrics = metrics
     app.state.committer = committer
+    app.state.logs_committer = logs_committer  # the OTLP/gRPC receiver commits through the same committers
     return app

@@ -1,52 +1,52 @@
-"""loop-detector's Python SDK: ask the enforcement API before each model or tool call, and apply the answer.
+"""``detector.sdk``: the Python SDK, re-exported from its own distribution, :mod:`loop_detector_sdk`
+(``sdk/python/``; httpx only, installable without the server: ``pip install ./sdk/python``).
 
-Depends on ``httpx`` only (never on the server: no chDB, no FastAPI). OpenTelemetry is optional and only
-used by the span helpers (:func:`loop_context` sets baggage; :class:`LoopAttributesSpanProcessor` copies the
-ids onto spans). ``openai`` is optional too: :func:`guard_openai` works with any object of that shape.
-
-    from detector.sdk import LoopGuard, LoopBlockedError, guard_openai, loop_context
-
-    guard = LoopGuard("http://127.0.0.1:8080")          # fail_open=True, timeout=0.5
-    client = guard_openai(OpenAI(), guard)
-    with loop_context(session_id="run-42", feature="support-bot"):
-        try:
-            client.chat.completions.create(model="gpt-4o-mini", messages=messages)
-        except LoopBlockedError as exc:
-            print(exc.body["error"]["reason"])
+The server's distribution carries the same package, so ``from detector.sdk import LoopGuard`` keeps working
+and names the very same objects as ``from loop_detector_sdk import LoopGuard``. Submodules are the SDK's too:
+``import detector.sdk.otel`` gives the module ``loop_detector_sdk.otel`` (an import hook maps the names, so
+that the optional ones, which need OpenTelemetry or a framework, still load only when asked for).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Any
 
-from detector.sdk.client import DEFAULT_INSTRUCTION, AsyncLoopGuard, LoopGuard
-from detector.sdk.context import LoopIds, current_ids, loop_context
-from detector.sdk.fingerprint import pending_request, pending_tool, request_fingerprint
-from detector.sdk.models import Decision, LoopBlockedError
-from detector.sdk.openai_wrap import guard_async_openai, guard_openai, with_instruction
+import loop_detector_sdk
 
-__all__ = [
-    "DEFAULT_INSTRUCTION",
-    "AsyncLoopGuard",
-    "Decision",
-    "LoopAttributesSpanProcessor",
-    "LoopBlockedError",
-    "LoopGuard",
-    "LoopIds",
-    "current_ids",
-    "guard_async_openai",
-    "guard_openai",
-    "loop_context",
-    "pending_request",
-    "pending_tool",
-    "request_fingerprint",
-    "with_instruction",
-]
+__all__ = list(loop_detector_sdk.__all__)
+for _name in __all__:
+    if _name not in loop_detector_sdk.LAZY:
+        globals()[_name] = getattr(loop_detector_sdk, _name)
 
 
-def __getattr__(name: str) -> Any:  # the span processor imports opentelemetry-sdk: only when asked for
-    if name == "LoopAttributesSpanProcessor":
-        from detector.sdk.otel import LoopAttributesSpanProcessor
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``detector.sdk.X`` as the already-importable ``loop_detector_sdk.X`` (one module, two names)."""
 
-        return LoopAttributesSpanProcessor
-    raise AttributeError(name)
+    prefix = __name__ + "."
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(self.prefix):
+            return None
+        if importlib.util.find_spec("loop_detector_sdk." + fullname[len(self.prefix):]) is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module("loop_detector_sdk." + spec.name[len(self.prefix):])
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # already executed, under its own name
+
+
+if not any(isinstance(f, _Alias) for f in sys.meta_path):
+    sys.meta_path.append(_Alias())
+
+
+def __getattr__(name: str) -> Any:  # the lazy names (LoopAttributesSpanProcessor, the framework guards)
+    return getattr(loop_detector_sdk, name)

@@ -1,80 +1,171 @@
 """``loop-detector serve``: the OTLP receiver, the scheduled detector and the API in one process.
 
 One process owns the store (a chDB data directory can be opened by one process only), so every
-reader and writer goes through it. Two uvicorn servers share one event loop: the OTLP/HTTP receiver
-(default :4318) and the HTTP API (default :8080); APScheduler runs the detection cycle every
+reader and writer goes through it. One event loop serves the OTLP/HTTP receiver (default :4318), the OTLP/gRPC
+receiver (default :4317), the HTTP API (default :8080) and, when configured, the read-only ClickHouse HTTP
+endpoint; APScheduler runs the detection cycle every
 ``interval_seconds`` and the eviction job every ``eviction_interval_seconds`` in its own threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import secrets
 import signal
 import socket
+import ssl
+import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from detector.api.app import create_api
-from detector.api.metrics import Metrics
+from detector.api.clickhouse_http import create_clickhouse_http_app
+from detector.api.metrics import KeyLabels, Metrics
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
+from detector.ingest.commit import Committer
+from detector.ingest.grpc_receiver import OTLPGrpcReceiver
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
+from detector.service.http_server import Server, bind, make_server
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
-from detector.service.webhooks import WebhookDispatcher
+from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
 from detector.settings.vocabulary import SCOPE_SESSION
+from detector.storage.retention import apply_retention
 from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
 
 __all__ = [
-    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "Endpoints", "Service", "free_port", "resolve_admin_token",
-    "running_service",
+    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "CLICKHOUSE_PASSWORD_ENV",
+    "CLICKHOUSE_PASSWORD_FILE", "Endpoints", "INGEST_JOURNAL_DIR", "OTLP_TOKEN_ENV", "Service", "api_token_required",
+    "free_port", "is_loopback", "otlp_tokens", "private_directory", "resolve_admin_token", "resolve_api_token",
+    "resolve_clickhouse_password", "running_service",
 ]
 
 log = logging.getLogger("loop_detector")
 
 ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"
+API_TOKEN_ENV = "LOOP_DETECTOR_API_TOKEN"
+API_TOKEN_FILE = "api-token"
+OTLP_TOKEN_ENV = "LOOP_DETECTOR_OTLP_TOKEN"
+CLICKHOUSE_PASSWORD_ENV = "LOOP_DETECTOR_CLICKHOUSE_PASSWORD"
+CLICKHOUSE_PASSWORD_FILE = "clickhouse-password"
+WEBHOOK_FLUSH_SECONDS = 5.0  # at shutdown, deliveries due now get this long (the outbox keeps the rest)
+INGEST_JOURNAL_DIR = "ingest-journal"  # batches being committed, and the committed requests (idempotent retries)
 
 
 @dataclass(slots=True)
 class Endpoints:
     otlp: str
     api: str
+    otlp_grpc: str = ""  # host:port of the OTLP/gRPC receiver ('' when it is off or not started yet)
+    clickhouse: str | None = None  # the ClickHouse-compatible HTTP endpoint, when configured
 
 
-def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
-    """The admin token: config, else the environment, else a random one created at first start in
-    ``<data-dir>/admin-token`` (mode 0600). Only the file's path is ever logged."""
-    if config.api.admin_token:
-        return config.api.admin_token
-    env = os.environ.get(ADMIN_TOKEN_ENV)
+def _resolve_token(configured: str | None, env_name: str, path: Path, label: str) -> str:
+    """A token: configured, else the environment, else a random one created at first start in ``path`` (mode
+    0600). Only the file's path is ever logged."""
+    if configured:
+        return configured
+    env = os.environ.get(env_name)
     if env:
         return env
-    path = data_dir / ADMIN_TOKEN_FILE
     if path.exists():
         return path.read_text().strip()
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(token + "\n")
-    log.info("created admin token file %s (mode 0600)", path)
+    log.info("created %s file %s (mode 0600)", label, path)
     return token
+
+
+def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
+    """The admin token: config ``api.admin_token``, else ``$LOOP_DETECTOR_ADMIN_TOKEN``, else
+    ``<data-dir>/admin-token``."""
+    return _resolve_token(config.api.admin_token, ADMIN_TOKEN_ENV, data_dir / ADMIN_TOKEN_FILE, "admin token")
+
+
+def resolve_api_token(config: AppConfig, data_dir: Path) -> str:
+    """The agents' token for the enforcement reads (not the admin's): config ``api.api_token``, else
+    ``$LOOP_DETECTOR_API_TOKEN``, else ``<data-dir>/api-token``."""
+    return _resolve_token(config.api.api_token, API_TOKEN_ENV, data_dir / API_TOKEN_FILE, "API token")
+
+
+def resolve_clickhouse_password(config: AppConfig, data_dir: Path) -> str:
+    """The ClickHouse HTTP endpoint's password (user ``default``): config ``clickhouse_http.password``, else
+    ``$LOOP_DETECTOR_CLICKHOUSE_PASSWORD``, else ``<data-dir>/clickhouse-password``."""
+    return _resolve_token(config.clickhouse_http.password, CLICKHOUSE_PASSWORD_ENV,
+                          data_dir / CLICKHOUSE_PASSWORD_FILE, "ClickHouse HTTP password")
+
+
+def private_directory(path: Path) -> None:
+    """Create the data directory readable by its owner only (it holds the spans: prompts and responses), and
+    tighten an existing one that this user owns (0700: nothing below it is reachable by other users)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if path.stat().st_uid == os.getuid() and stat.S_IMODE(path.stat().st_mode) & 0o077:
+            os.chmod(path, 0o700)
+            log.warning("data directory %s was readable by other users: now 0700", path)
+    except OSError as exc:
+        log.warning("cannot restrict the data directory %s to its owner: %s", path, exc.strerror)
+
+
+def otlp_tokens(config: AppConfig) -> list[str]:
+    """The bearer tokens the OTLP receiver accepts: ``ingest.bearer_tokens``, ``$LOOP_DETECTOR_OTLP_TOKEN`` and the
+    non-empty lines of ``ingest.bearer_token_file`` (the collector's ``bearertokenauth`` ``filename``)."""
+    tokens = list(config.ingest.bearer_tokens)
+    env = os.environ.get(OTLP_TOKEN_ENV, "").strip()
+    if env:
+        tokens.append(env)
+    if config.ingest.bearer_token_file:
+        try:
+            lines = Path(config.ingest.bearer_token_file).read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError([f"ingest.bearer_token_file: cannot read: {exc.strerror}"]) from None
+        tokens.extend(line.strip() for line in lines if line.strip())
+    return tokens
+
+
+def _otlp_tls(config: AppConfig) -> dict[str, Any]:
+    tls = config.ingest.tls
+    if tls is None:
+        return {}
+    options: dict[str, Any] = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file}
+    if tls.client_ca_file:
+        options.update(ssl_ca_certs=tls.client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+def api_token_required(mode: str, host: str) -> bool:
+    """Whether the enforcement reads need the API token on an API listening on ``host``."""
+    return mode == "always" or (mode == "auto" and not is_loopback(host))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable from this machine only (a name other than localhost is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Service:
@@ -86,9 +177,10 @@ class Service:
         self.config_path = config_path
         self.preset = preset  # serve --preset: kept over the file's own `preset:` on every reload
         self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(self.data_dir)
         self.store = store or open_store(self.data_dir, config.store.url)
         apply_schema(self.store, cluster=config.store.cluster)
+        self._apply_retention(config)
         self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
         config = self.config = self.policy.apply(config)
         self.book = DecisionBook()
@@ -102,18 +194,39 @@ class Service:
         self.enforcer = Enforcer(self.book, self.manual, lambda: self.job.engine.budgets, self.preflight,
                                  lambda: self.config.rules)
         self.admin_token = resolve_admin_token(config, self.data_dir)
+        self.api_token = resolve_api_token(config, self.data_dir)
+        # decided when the API binds (auto: beyond loopback); before that, as "always" would say
+        self.api_token_required = config.api.require_api_token == "always"
         self.ingest_metrics = IngestMetrics()
+        # before the receiver serves: batches a killed process left half stored are completed (or refused) first
+        self.committer = Committer(self.store, self.ingest_metrics, self.data_dir / INGEST_JOURNAL_DIR)
+        self.committer.recover()
         self.started_at = time.time()
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
-                                                  self.ingest_metrics.spans_rejected))
-        self.webhooks = WebhookDispatcher(config.webhooks, config.grafana_url) if config.webhooks else None
+                                                  self.ingest_metrics.spans_rejected),
+                               KeyLabels(lambda: self.config.virtual_keys, lambda: self.config.metrics.max_key_labels))
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
-        if self.webhooks is not None:
-            self.job.on_cycle.append(lambda out, _stats: self.webhooks.submit(out.events))  # type: ignore[union-attr]
-        self.otlp_app = create_otlp_app(self.store, config.ingest, self.ingest_metrics)
+        self.webhooks: WebhookDispatcher | None = None
+        self._start_webhooks(config)
+        self.otlp_tokens = otlp_tokens(config)
+        self.otlp_app = create_otlp_app(self.store, config.ingest, committer=self.committer,
+                                        bearer_tokens=self.otlp_tokens)
+        # the OTLP/gRPC receiver commits through the HTTP receiver's committers (one commit path for both)
+        self.grpc_receiver = OTLPGrpcReceiver(self.committer, self.otlp_app.state.logs_committer, config.ingest,
+                                              self.ingest_metrics, bearer_tokens=self.otlp_tokens)
+        self.clickhouse_app = None  # the ClickHouse-compatible HTTP endpoint, when clickhouse_http.port is set
+        if config.clickhouse_http.port is not None:
+            self.clickhouse_app = create_clickhouse_http_app(
+                self.store, resolve_clickhouse_password(config, self.data_dir), config.clickhouse_http)
         self.api_app = create_api(self)
         self.scheduler: BackgroundScheduler | None = None
         self._reload_lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._servers: list[Server] = []
+        self._stopping = False
+        self._closed = False
+        self.host = ""
+        self.endpoints: Endpoints | None = None
 
     # -- what the API's routes ask (detector.api.ports.ServicePort) ------------------------------------------
     def pending_windows(self) -> int:
@@ -161,6 +274,22 @@ class Service:
             self.scheduler.shutdown(wait=True)
             self.scheduler = None
 
+    def _start_webhooks(self, config: AppConfig) -> None:
+        """The outbox worker, on the first detector replica only (one deliverer, no duplicates across replicas)."""
+        if self.webhooks is not None:
+            self.webhooks.update(config.webhooks, config.webhook_delivery, config.grafana_url)
+            return
+        if not config.webhooks or config.detector.shard_index != 0:
+            return
+        self.webhooks = WebhookDispatcher(self.store, config.webhooks, config.webhook_delivery, config.grafana_url,
+                                          lag_seconds=config.detector.watermark_lag_seconds)
+        self.job.on_cycle.append(self.webhooks.notify)
+        self.metrics.registry.register(WebhookMetrics(self.webhooks))
+
+    def _apply_retention(self, config: AppConfig) -> None:
+        for change in apply_retention(self.store, config.retention, config.store.cluster):
+            log.info("retention changed", extra={"table": change.table, "ttl": change.after or "none"})
+
     # -- configuration ----------------------------------------------------------------------------
     def reload(self) -> list[str]:
         """Hot reload from the config file: on error keep the old config and return every error; on
@@ -177,6 +306,10 @@ class Service:
             return []
 
     def apply_config(self, config: AppConfig) -> None:
+        if config.retention != self.config.retention:
+            self._apply_retention(config)
+        if (config.webhooks, config.webhook_delivery) != (self.config.webhooks, self.config.webhook_delivery):
+            self._start_webhooks(config)
         self.config = config
         self.job.reconfigure(config)
         if self.scheduler is not None:
@@ -189,37 +322,106 @@ class Service:
         self.job.update_budgets(config)
 
     # -- running ----------------------------------------------------------------------------------
-    async def serve(self, host: str, otlp_port: int, api_port: int, install_signals: bool = True) -> None:
-        servers = [
-            uvicorn.Server(uvicorn.Config(self.otlp_app, host=host, port=otlp_port, log_level="warning",
-                                          access_log=False, lifespan="off")),
-            uvicorn.Server(uvicorn.Config(self.api_app, host=host, port=api_port, log_level="warning",
-                                          access_log=False, lifespan="off")),
-        ]
+    def bind(self, host: str, otlp_port: int, api_port: int, clickhouse_port: int | None = None) -> Endpoints:
+        """Open the HTTP listening sockets (port 0: a free one): OTLP, API, and the ClickHouse endpoint when it is
+        configured (on ``clickhouse_port``, else the configured port); the endpoints say which ports they got. The
+        OTLP/gRPC receiver binds when :meth:`serve` starts it."""
+        self._sockets = [bind(host, otlp_port), bind(host, api_port)]
+        if self.clickhouse_app is not None:
+            port = clickhouse_port if clickhouse_port is not None else self.config.clickhouse_http.port
+            self._sockets.append(bind(host, port if port is not None else 0))
+        self.host = host
+        self.api_token_required = api_token_required(self.config.api.require_api_token, host)
+        if self.api_token_required:
+            log.info("the enforcement reads need the API token (%s/%s)", self.data_dir, API_TOKEN_FILE)
+        ports = [sock.getsockname()[1] for sock in self._sockets]
+        shown = f"[{host}]" if ":" in host else host
+        scheme = "https" if self.config.ingest.tls is not None else "http"
+        self.endpoints = Endpoints(otlp=f"{scheme}://{shown}:{ports[0]}", api=f"http://{shown}:{ports[1]}",
+                                   clickhouse=f"http://{shown}:{ports[2]}" if len(ports) > 2 else None)
+        if not is_loopback(host) and not self.otlp_tokens and not (
+                self.config.ingest.tls is not None and self.config.ingest.tls.client_ca_file):
+            log.warning("the OTLP receiver listens beyond loopback without authentication: anyone who reaches it "
+                        "can send spans (set ingest.bearer_tokens or mutual TLS)")
+        return self.endpoints
+
+    async def serve(self, host: str = "127.0.0.1", otlp_port: int = 4318, api_port: int = 8080,
+                    install_signals: bool = True, otlp_grpc_port: int | None = None,
+                    on_ready: Callable[[Endpoints], None] | None = None) -> None:
+        """Serve until :meth:`request_stop` (or SIGTERM / SIGINT with ``install_signals``: a first signal stops
+        gracefully, a second one at once). The caller then calls :meth:`close`. ``otlp_grpc_port``: None, no
+        OTLP/gRPC receiver; 0, a free port. ``on_ready`` is called with the endpoints once every listener is up."""
+        if not self._sockets:
+            self.bind(host, otlp_port, api_port)
+        assert self.endpoints is not None
+        if otlp_grpc_port is not None:
+            port = await self.grpc_receiver.start(self.host, otlp_grpc_port)
+            self.endpoints.otlp_grpc = f"{'[' + self.host + ']' if ':' in self.host else self.host}:{port}"
+        servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
+                   make_server(self.api_app, self.config.http)]
+        if self.clickhouse_app is not None:
+            servers.append(make_server(self.clickhouse_app, self.config.http))
         self._servers = servers
+        loop = asyncio.get_running_loop()
+        handled: list[int] = []
         if install_signals:
-            loop = asyncio.get_running_loop()
             with _suppress():
                 loop.add_signal_handler(signal.SIGHUP, lambda: threading.Thread(target=self.reload).start())
+                handled.append(signal.SIGHUP)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with _suppress():
+                    loop.add_signal_handler(sig, self._on_stop_signal, sig)
+                    handled.append(sig)
         self.start_scheduler()
+        if on_ready is not None:
+            on_ready(self.endpoints)
         try:
-            await asyncio.gather(*(s.serve() for s in servers))
+            await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, self._sockets,
+                                                                                          strict=True)))
         finally:
+            await self.grpc_receiver.stop()
+            for sig in handled:
+                with _suppress():
+                    loop.remove_signal_handler(sig)
             self.stop_scheduler()
 
+    def _on_stop_signal(self, sig: int) -> None:
+        if self._stopping:  # a second signal: do not wait for the requests in flight
+            log.warning("second %s: stopping now", signal.Signals(sig).name)
+            for server in self._servers:
+                server.force_exit = True
+            return
+        self._stopping = True
+        log.info("%s received: stopping (requests in flight finish, then a final cycle and checkpoint)",
+                 signal.Signals(sig).name)
+        self.request_stop()
+
     def request_stop(self) -> None:
-        for s in getattr(self, "_servers", []):
+        for s in self._servers:
             s.should_exit = True
 
     def close(self) -> None:
+        """Stop everything in order: no more cycles, the insert in progress finished, a final detection cycle (the
+        spans acknowledged are scored), a final checkpoint, webhooks flushed (bounded), the store closed."""
+        if self._closed:
+            return
+        self._closed = True
         self.stop_scheduler()
+        self.committer.close()
+        try:
+            self.job.run_cycle()
+        except Exception:
+            log.exception("final detection cycle failed; the next start reads from the last watermark")
         try:
             self.job.checkpoint()
         except Exception:
             log.exception("final checkpoint failed; the next start replays from the previous one")
         if self.webhooks is not None:
+            # what is due now is delivered (bounded); the rest stays in the persisted outbox for the next start
+            self.webhooks.flush(timeout=WEBHOOK_FLUSH_SECONDS, pending=False)
             self.webhooks.close()
         self.store.close()
+        log.info("stopped", extra={"watermark_us": self.job.watermark_us, "checkpoint_us": self.job.checkpoint_us})
 
 
 @contextmanager
@@ -236,19 +438,24 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextmanager
 def running_service(config: AppConfig, data_dir: str | os.PathLike[str], host: str = "127.0.0.1",
-                    config_path: str | None = None) -> Iterator[tuple[Service, Endpoints]]:
-    """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks)."""
+                    config_path: str | None = None, otlp_grpc_port: int = 0) -> Iterator[tuple[Service, Endpoints]]:
+    """Run a whole service in a background thread on free ports (tests, demo, eval, benchmarks); the OTLP/gRPC
+    receiver on ``otlp_grpc_port`` (0: a free one)."""
     service = Service(config, data_dir, config_path=config_path)
-    otlp_port, api_port = free_port(host), free_port(host)
+    endpoints = service.bind(host, 0, 0, clickhouse_port=0)
+    ready = threading.Event()
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
-        target=lambda: loop.run_until_complete(service.serve(host, otlp_port, api_port, install_signals=False)),
+        target=lambda: loop.run_until_complete(service.serve(install_signals=False, otlp_grpc_port=otlp_grpc_port,
+                                                             on_ready=lambda _endpoints: ready.set())),
         daemon=True,
     )
     thread.start()
-    endpoints = Endpoints(otlp=f"http://{host}:{otlp_port}", api=f"http://{host}:{api_port}")
-    _wait_ready(endpoints.api + "/healthz")
-    _wait_ready(endpoints.otlp + "/healthz")
+    if not ready.wait(60):
+        raise RuntimeError("service did not start")
+    _wait_ready(endpoints.api + "/healthz")  # (the OTLP socket listens already: requests queue until it serves)
+    if endpoints.clickhouse:
+        _wait_ready(endpoints.clickhouse + "/ping")
     try:
         yield service, endpoints
     finally:

@@ -13,6 +13,7 @@ from typing import Final, Literal
 __all__ = [
     "ACTIONS", "ACTION_ALLOW", "ACTION_BLOCK", "ACTION_INJECT", "ACTION_THROTTLE", "ACTION_WARN", "Action",
     "BUDGET_ALERT", "BUDGET_BLOCK", "BUDGET_SCOPES", "BudgetAction", "BudgetScope",
+    "COMMIT_COMMITTED", "COMMIT_RETRYABLE", "CommitStatus",
     "EVENT_BUDGET", "EVENT_ESCALATION", "EVENT_MANUAL", "EVENT_PROGRESS", "EVENT_RULE", "EVENT_RULE_CLEAR", "EventKind",
     "SESSION_SOURCE_TRACE",
     "AlertEventKind", "DETECTOR_BLOCK_SESSION", "DETECTOR_BUDGET", "DETECTOR_MANUAL", "DETECTOR_RESET_SESSION", "DETECTOR_REVOKE_KEY",
@@ -131,6 +132,11 @@ RULE_BLOCK: Final = "block"
 RuleMode = Literal["dry_run", "enforce"]
 MODE_DRY_RUN: Final = "dry_run"
 MODE_ENFORCE: Final = "enforce"
+
+# -- the outcome of committing one OTLP export request (detector/ingest/commit.py) --------------------------------
+CommitStatus = Literal["committed", "retryable"]
+COMMIT_COMMITTED: Final = "committed"  # every accepted span is stored (some may have been rejected, said why)
+COMMIT_RETRYABLE: Final = "retryable"  # nothing of the request is acknowledged: the sender should retry
 
 # -- the seven signals, in the spec's order (weights, scores, events and dashboards all use it) ------------------
 SignalName = Literal["content_similarity", "tool_call_repetition", "response_stagnation", "error_cycling",

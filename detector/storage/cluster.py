@@ -24,8 +24,11 @@ DEFAULT_CLUSTER = "loop_cluster"
 
 SHARDING_KEYS = {
     "otel_traces": "cityHash64(TraceId)",
+    "otel_traces_trace_id_ts": "cityHash64(TraceId)",
+    "otel_logs": "cityHash64(TraceId)",  # a span's logs on its span's shard
     "genai_calls": "cityHash64(trace_id)",
     "loop_meta": "cityHash64(key)",
+    "loop_webhook_outbox": "cityHash64(event_id)",
 }
 DEFAULT_SHARDING_KEY = "cityHash64(scope_id)"
 
@@ -34,6 +37,8 @@ _ENGINE = re.compile(r"\) ENGINE = (\w+)\(([^)]*)\)")
 _MV = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS otel\.(\w+) TO otel\.(\w+) AS", re.S)
 _ALTER = re.compile(r"^ALTER TABLE otel\.(\w+)\s", re.S)
 _DROP_VIEW = re.compile(r"^DROP VIEW IF EXISTS otel\.(\w+)$")
+# Replicated tables deduplicate inserts by default: the single-node window setting has no cluster counterpart.
+_NON_REPLICATED_DEDUP = re.compile(r"^ALTER TABLE otel\.\w+ MODIFY SETTING non_replicated_deduplication_window = \d+$")
 
 
 def _quote(name: str) -> str:
@@ -45,6 +50,8 @@ def cluster_statements(statements: list[str], cluster: str = DEFAULT_CLUSTER) ->
     on = f"ON CLUSTER {_quote(cluster)}"
     out: list[str] = []
     for stmt in statements:
+        if _NON_REPLICATED_DEDUP.match(stmt):
+            continue
         if stmt.startswith("CREATE DATABASE IF NOT EXISTS"):
             out.append(f"{stmt} {on}")
             continue

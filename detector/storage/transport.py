@@ -18,6 +18,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "CLICKHOUSE_URL_ENV", "ChdbStore", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError", "chdb_param",
+    "CLICKHOUSE_URL_ENV", "ChdbStore", "RawResult", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError",
+    "chdb_param",
     "encode_rows", "insert_rows", "open_store", "redact_url",
 ]
 
@@ -45,6 +47,16 @@ class StoreError(RuntimeError):
     """A statement failed in the store (syntax, type or engine error)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """A statement's output in the format asked for, with what the engine says it read."""
+
+    data: bytes
+    rows_read: int = 0
+    bytes_read: int = 0
+    elapsed_seconds: float = 0.0
+
+
 class Store(Protocol):
     """What the rest of the code needs from ClickHouse."""
 
@@ -54,12 +66,19 @@ class Store(Protocol):
 
     def insert_json(self, table: str, payload: bytes) -> None: ...
 
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
-        """Insert an Arrow table whose column names are (a subset of) the table's columns."""
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
+        """Insert an Arrow table whose column names are (a subset of) the table's columns; ``settings`` are the
+        insert's own (e.g. ``insert_deduplication_token``: the same insert twice is stored once)."""
         ...
 
     def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
         """A query's result as an Arrow table (bulk reads: no per-row JSON to parse)."""
+        ...
+
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
+            database: str | None = None) -> RawResult:
+        """Any statement's output as bytes in ``fmt``; ``params`` are in ClickHouse's text form already (as HTTP
+        clients send them), ``database`` is the one unqualified names resolve in."""
         ...
 
     def close(self) -> None: ...
@@ -99,6 +118,16 @@ def chdb_param(value: Any) -> Any:
         # newlines must be escaped or they would be read as escape sequences
         return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
     return value
+
+
+def _settings_clause(settings: Mapping[str, Any] | None) -> str:
+    """``SETTINGS name = value, ...`` for an INSERT (names are ours; values quoted as ClickHouse literals)."""
+    if not settings:
+        return ""
+    for name in settings:
+        if not re.fullmatch(r"[a-z_]+", name):
+            raise StoreError(f"invalid setting name {name!r}")
+    return "SETTINGS " + ", ".join(f"{name} = {_quote(value)}" for name, value in settings.items()) + " "
 
 
 def _parse_json_lines(data: bytes) -> list[dict[str, Any]]:
@@ -141,12 +170,12 @@ class ChdbStore:
         # The payload is JSON produced by orjson, never SQL; the table name is one of ours.
         self._query(f"INSERT INTO {table} FORMAT JSONEachRow\n" + payload.decode(), "CSV", None)
 
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
         # chDB's Python() table function reads the Arrow table in place; it finds it by its variable
         # name in the calling frame, so the query runs here, where `arrow_rows` is a local.
         arrow_rows = data  # noqa: F841 (read by name inside chDB)
         columns = ", ".join(f"`{name}`" for name in data.column_names)
-        sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM Python(arrow_rows)"
+        sql = f"INSERT INTO {table} ({columns}) {_settings_clause(settings)}SELECT {columns} FROM Python(arrow_rows)"
         with self._lock:
             try:
                 self._session.query(sql, "CSV")
@@ -161,6 +190,24 @@ class ChdbStore:
                 )
             except Exception as exc:
                 raise StoreError(str(exc)) from exc
+
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
+            database: str | None = None) -> RawResult:
+        with self._lock:
+            switched = False
+            try:
+                if database and database != "default":
+                    # one session for the whole process: switch for this statement only, and back
+                    self._session.query(f"USE `{database.replace('`', '')}`", "CSV")
+                    switched = True
+                result = self._session.query(sql, fmt, params=dict(params) if params else None)
+                return RawResult(result.bytes(), int(result.rows_read()), int(result.bytes_read()),
+                                 float(result.elapsed()))
+            except Exception as exc:
+                raise StoreError(str(exc)) from exc
+            finally:
+                if switched:
+                    self._session.query("USE default", "CSV")
 
     def close(self) -> None:
         with self._lock:
@@ -202,10 +249,10 @@ class ServerStore:
         except Exception as exc:
             raise StoreError(str(exc)) from exc
 
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
         try:
             with self._lock:
-                self._client.insert_arrow(table, data)
+                self._client.insert_arrow(table, data, settings=dict(settings) if settings else None)
         except Exception as exc:
             raise StoreError(str(exc)) from exc
 
@@ -215,6 +262,17 @@ class ServerStore:
                 return self._client.query_arrow(sql, parameters=dict(params) if params else None, use_strings=True)
         except Exception as exc:
             raise StoreError(str(exc)) from exc
+
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
+            database: str | None = None) -> RawResult:
+        if database and database != self._client.database:
+            raise StoreError("the server store reads in its own database (Grafana connects to the server itself)")
+        try:
+            with self._lock:
+                data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt=fmt)
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+        return RawResult(data)
 
     def close(self) -> None:
         self._client.close()

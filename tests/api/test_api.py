@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import uuid
 
 import httpx
 import pytest
@@ -78,6 +79,18 @@ class TestLiveService:
         _, eps = svc
         assert check(eps.api, **body).status_code == 422
 
+
+    def test_a_trace_id_alone_is_enough(self, svc):
+        _, eps = svc
+        trace = uuid.uuid4().hex
+        r = check(eps.api, trace_id=trace)
+        assert r.status_code == 200 and r.json()["action"] == "allow"
+        assert r.json()["session_id"] == trace  # a trace without a known session is its own session
+        r = httpx.get(f"{eps.api}/v1/decision", params={"trace_id": trace})
+        assert r.status_code == 200 and r.json()["session_id"] == trace
+        r = httpx.get(f"{eps.api}/v1/decision")
+        assert r.status_code == 422 and "session_id or trace_id" in r.text
+        assert check(eps.api, virtual_key="k").status_code == 422
 
     def test_oversized_body_is_413(self, svc):
         _, eps = svc
@@ -389,7 +402,7 @@ def fuzz(operation, base_url: str, headers: dict[str, str], failures: list[str])
     """Up to 20 generated requests for one operation (with the admin token on admin paths); 5xx recorded."""
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+    @settings(max_examples=20 * int(os.environ.get("LOOP_DETECTOR_FUZZ_SCALE", "1")), deadline=None, database=None, suppress_health_check=list(HealthCheck),
               derandomize=True)
     @given(case=operation.as_strategy())
     def run(case):

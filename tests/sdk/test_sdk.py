@@ -6,6 +6,8 @@ no round trip), and the span helpers (baggage -> attributes -> the store's resol
 from __future__ import annotations
 
 import asyncio
+import enum
+import json
 import logging
 import socket
 import subprocess
@@ -18,12 +20,15 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 from support.enforcement import FAST_LEVELS, admin_headers, agent, make_config, uid, wait_for_watermark
+from support.sdk import BUDGETS, RULES, VECTORS
 
 from detector.sdk import (
     AsyncLoopGuard,
     LoopBlockedError,
     LoopGuard,
+    canonical_json,
     current_ids,
     guard_openai,
     loop_context,
@@ -33,13 +38,6 @@ from detector.sdk import (
     with_instruction,
 )
 from detector.service.process import running_service
-
-RULES = [
-    {"name": "stop-repeat", "detector": "exact_prompt_repeat", "action": "block", "params": {"repeats": {1: 4}}},
-    {"name": "watch-repeat", "detector": "exact_prompt_repeat", "action": "notify"},
-    {"name": "stop-tool-loop", "detector": "failure_loop", "action": "block", "params": {"same_tool_repeats": 3}},
-]
-BUDGETS = [{"name": "free-tier", "scope": "feature", "match": "free", "limit_usd": 0, "action": "block"}]
 
 
 def test_sdk_imports_without_the_server_or_chdb():
@@ -52,7 +50,7 @@ def test_sdk_imports_without_the_server_or_chdb():
         loaded = [m for m in sys.modules if sys.modules[m] is not None]
         bad = [m for m in loaded if m.split(".")[0] in ("chdb", "fastapi", "uvicorn", "starlette", "apscheduler",
                                                          "clickhouse_connect", "opentelemetry", "openai")
-               or m in ("detector.service.process", "detector.storage.transport", "detector.api.app", "detector.core.engine", "detector.settings.config")]
+               or m in ("detector.service.process", "detector.storage.transport", "detector.api.app.app", "detector.core.engine", "detector.settings.config")]
         assert not bad, bad
         print("ok")
     """)
@@ -61,6 +59,41 @@ def test_sdk_imports_without_the_server_or_chdb():
 
 
 # -- pure helpers ------------------------------------------------------------------------------------------
+def test_the_shared_fingerprint_vectors():
+    """sdk/test-vectors/fingerprints.json, which the TypeScript SDK's tests read too."""
+    vectors = json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"]
+    assert len(vectors) >= 10
+    for v in vectors:
+        extra = v.get("extra") or {}
+        payload = {"model": v["model"], "messages": v["messages"], **{k: x for k, x in extra.items() if x is not None}}
+        assert canonical_json(payload) == v["canonical"], v["name"]
+        assert request_fingerprint(v["model"], v["messages"], **extra) == v["sha256"], v["name"]
+
+
+def test_canonical_json_of_python_values():
+    """What JSON has no literal for is written the way JSON.stringify would see the same data."""
+    class Color(enum.IntEnum):
+        RED = 1
+
+    class Mode(enum.StrEnum):
+        FAST = "fast"
+
+    class Part(BaseModel):
+        type: str = "text"
+        text: str
+        cache: str | None = None
+
+    assert canonical_json((1, 2.0, Color.RED, Mode.FAST)) == '[1,2,1,"fast"]'
+    assert canonical_json({2: "a", "1": "b", None: 0, True: 1}) == '{"1":"b","2":"a","null":0,"true":1}'
+    assert canonical_json([float("nan"), float("inf"), -0.0, 1e-7, 2**64]) == '[null,null,0,1e-7,18446744073709552000]'
+    assert canonical_json(Part(text="hi")) == '{"text":"hi","type":"text"}'
+    assert canonical_json([{"b", "a"}, b"\x00\xff"]) == '[["a","b"],"00ff"]'
+    assert canonical_json("\ud83d\ude00 \udc00") == '"\U0001f600 \\udc00"'  # a pair joined, a lone one escaped
+    assert pending_tool("sleep", 5) == {"tool_name": "sleep", "tool_arguments": "5"}
+    assert pending_tool("read", ("a.py",)) == {"tool_name": "read", "tool_arguments": ["a.py"]}
+    assert request_fingerprint("m", [], system=None) == request_fingerprint("m", [])
+
+
 def test_request_fingerprint_is_canonical():
     a = request_fingerprint("m", [{"role": "user", "content": "hi", "name": "x"}])
     assert a == request_fingerprint("m", [{"name": "x", "content": "hi", "role": "user"}])

@@ -99,6 +99,27 @@ def test_the_clickhouse_plugin_reads_the_provisioned_settings(prov):
     assert prov.plugins == {"grafana-clickhouse-datasource": "4.20.0"}
 
 
+EMBEDDED = ROOT / "grafana" / "provisioning-embedded"
+
+
+def test_the_embedded_stores_provisioning_is_what_grafana_accepts():
+    """grafana/provisioning-embedded: the same dashboards and rules (linked), the same data source uid, pointed at
+    `serve --clickhouse-http-port` over HTTP, with the environment docs/grafana.md gives."""
+    env = {"LOOP_DETECTOR_CLICKHOUSE_HOST": "127.0.0.1", "LOOP_DETECTOR_CLICKHOUSE_PORT": "8123",
+           "LOOP_DETECTOR_CLICKHOUSE_PASSWORD": "from-the-password-file",
+           "LOOP_ALERT_WEBHOOK_URL": "http://127.0.0.1:9/hook"}
+    embedded = gp.load(EMBEDDED, DASHBOARDS, env, {"grafana-clickhouse-datasource": "4.20.0"})
+    errors = gp.all_errors(embedded)
+    assert not errors, "\n".join(errors)
+    assert (EMBEDDED / "dashboards").resolve() == (PROVISIONING / "dashboards").resolve()
+    assert (EMBEDDED / "alerting").resolve() == (PROVISIONING / "alerting").resolve()
+    (ds,) = embedded.datasources["clickhouse.yaml"]["datasources"]
+    json_data = gp.interpolate_tree(ds["jsonData"], env)
+    assert ds["uid"] == "loop-clickhouse" and json_data["protocol"] == "http"
+    assert gp.go_parse_int(json_data["port"], 0) == 8123 and json_data["username"] == "default"
+    assert gp.interpolate_tree(ds["secureJsonData"], env) == {"password": "from-the-password-file"}
+
+
 # --- broken copies are refused, each for its reason -----------------------------------------------------
 
 def mutated(prov: gp.Provisioning, change) -> list[str]:

@@ -24,6 +24,7 @@ import yaml
 from support import collector_config
 
 from detector.cli.main import build_parser
+from detector.ingest.logs import LOGS_COLUMNS
 from detector.storage.schema import SQL_DIR_ENV, apply_schema
 from detector.storage.transport import CLICKHOUSE_URL_ENV, ChdbStore
 
@@ -359,14 +360,16 @@ def test_dockerfile_copies_only_what_exists():
 
 # --- collector config --------------------------------------------------------------------------------
 
-def test_collector_pipeline_receivers_processors_clickhouse(collector):
-    traces = collector["service"]["pipelines"]["traces"]
-    assert traces["receivers"] == ["otlp"]
-    assert traces["processors"][0] == "memory_limiter" and traces["processors"][-1] == "batch"
-    assert traces["exporters"] == ["clickhouse"]
+@pytest.mark.parametrize("signal", ["traces", "logs"])
+def test_collector_pipeline_receivers_processors_clickhouse(collector, signal):
+    pipeline = collector["service"]["pipelines"][signal]
+    assert pipeline["receivers"] == ["otlp"]
+    assert pipeline["processors"][0] == "memory_limiter" and pipeline["processors"][-1] == "batch"
+    assert pipeline["exporters"] == ["clickhouse"]
     # everything referenced is defined, everything defined is used
     for kind in ("receivers", "processors", "exporters"):
-        assert set(traces[kind]) == set(collector[kind]), kind
+        assert set(pipeline[kind]) == set(collector[kind]), kind
+    assert set(collector["service"]["pipelines"]) == {"traces", "logs"}
     assert collector["service"]["extensions"] == ["health_check"] and "health_check" in collector["extensions"]
 
 
@@ -380,6 +383,7 @@ def test_collector_exports_into_our_schema_without_creating_it(collector, tmp_pa
     exporter = collector["exporters"]["clickhouse"]
     assert exporter["create_schema"] is False
     assert exporter["database"] == "otel" and exporter["traces_table_name"] == "otel_traces"
+    assert exporter["logs_table_name"] == "otel_logs"
     m = re.fullmatch(r"\$\{env:CLICKHOUSE_ENDPOINT:-(tcp://clickhouse:9000)\}", exporter["endpoint"])
     assert m, exporter["endpoint"]
     assert exporter["retry_on_failure"]["enabled"] is True
@@ -388,11 +392,16 @@ def test_collector_exports_into_our_schema_without_creating_it(collector, tmp_pa
     store = ChdbStore(tmp_path)
     try:
         apply_schema(store)
-        rows = store.rows("SELECT name FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-                          {"db": exporter["database"], "t": exporter["traces_table_name"]})
+        rows = store.rows("SELECT name FROM system.tables WHERE database = {db:String} AND name IN {t:Array(String)} "
+                          "ORDER BY name", {"db": exporter["database"],
+                                            "t": [exporter["traces_table_name"], exporter["logs_table_name"]]})
+        # every column the exporter's logs INSERT names (logs_insert.sql, with the optional EventName) exists
+        columns = {r["name"] for r in store.rows("SELECT name FROM system.columns WHERE database = 'otel' AND "
+                                                  "table = {t:String}", {"t": exporter["logs_table_name"]})}
     finally:
         store.close()
-    assert rows == [{"name": "otel_traces"}]
+    assert rows == [{"name": "otel_logs"}, {"name": "otel_traces"}]
+    assert set(LOGS_COLUMNS) <= columns
 
 
 def test_collector_memory_limiter_and_batch_are_configured(collector):
@@ -427,6 +436,8 @@ def test_collector_config_is_accepted_by_the_pinned_collector(compose, collector
     (("processors", "memory_limiter", "spike_limit_percentage"), 90, "memSpikeLimitPercentage must be smaller"),
     (("processors", "batch", "send_batch_max_size"), 10, "send_batch_max_size must be greater or equal"),
     (("service", "pipelines", "traces", "exporters"), ["clickhouse", "otlp"], 'references exporter "otlp"'),
+    (("service", "pipelines", "logs", "processors"), ["batch", "filter"], 'references processor "filter"'),
+    (("exporters", "clickhouse", "logs_table"), "otel_logs", "has invalid keys: logs_table"),
     (("service", "extensions"), ["health_check", "pprof"], 'references extension "pprof"'),
 ])
 def test_collector_refuses_a_broken_config(compose, collector, path, value, message):

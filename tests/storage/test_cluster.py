@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from support.calls import genai_rows, healthy, looping
 
@@ -11,7 +9,7 @@ from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.settings.config import AppConfig
 from detector.storage.schema import apply_schema, committed_cluster_schema, ddl_statements, render_cluster_schema
-from detector.storage.transport import CLICKHOUSE_URL_ENV, ChdbStore, insert_rows
+from detector.storage.transport import ChdbStore, insert_rows
 
 
 def test_cluster_ddl_is_generated_and_parses(tmp_path):
@@ -26,9 +24,11 @@ def test_cluster_ddl_is_generated_and_parses(tmp_path):
     assert {s.split()[5] for s in tables} >= {"otel.otel_traces", "otel.genai_calls", "otel.loop_state",
                                               "otel.loop_events", "otel.loop_decisions"}
     assert all("ON CLUSTER 'prod'" in s for s in statements)
-    mv = next(s for s in statements if "MATERIALIZED VIEW" in s)
+    mv = next(s for s in statements if "MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv" in s)
     assert "TO otel.genai_calls_local" in mv and "FROM otel.otel_traces_local" in mv
     assert not [s for s in statements if "ENGINE = MergeTree" in s or "ENGINE = ReplacingMergeTree" in s]
+    lookup = next(s for s in statements if "MATERIALIZED VIEW IF NOT EXISTS otel.otel_traces_trace_id_ts_mv" in s)
+    assert "TO otel.otel_traces_trace_id_ts_local" in lookup and "FROM otel.otel_traces_local" in lookup
 
 
 def test_two_shards_together_decide_like_one_detector(tmp_path):
@@ -65,12 +65,11 @@ def test_two_shards_together_decide_like_one_detector(tmp_path):
     assert any(v[0] != "allow" for v in single.values())
 
 
-@pytest.mark.skipif(not os.environ.get(CLICKHOUSE_URL_ENV),
-                    reason=f"needs a ClickHouse server: set {CLICKHOUSE_URL_ENV} (e.g. http://default:@localhost:8123)")
-def test_server_backend_runs_the_same_ddl_and_pipeline(tmp_path):
+@pytest.mark.server
+def test_server_backend_runs_the_same_ddl_and_pipeline(clickhouse_url):
     from detector.storage.transport import ServerStore
 
-    store = ServerStore(os.environ[CLICKHOUSE_URL_ENV])
+    store = ServerStore(clickhouse_url)
     apply_schema(store)
     apply_schema(store)  # idempotent
     calls = looping(12, session="srv-s1", trace="srv-t1")

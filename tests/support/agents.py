@@ -1,5 +1,5 @@
 """Simulated agents through a running service: emit their steps as real OTLP, read each one's decision after
-every step, as the agent would before its next call."""
+every step, as the agent would before its next call. Span times start now and advance step by step."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def run_agents(otlp: str, api: str, sessions: dict[str, object], steps: int, cap
         for i in range(steps):
             for session, make_step in sessions.items():
                 r = runs[session]
-                # in the agent's own time, each step right after the last: the harness's wait for the detector is
-                # not the agent waiting (which a poll does)
+                # span time advances by the steps themselves, not by the harness's waits for the detector: a real
+                # agent calls back to back, and waits that grow with the machine's load would look like backoff
                 r["t"] = emit_step(tracer, make_step(i), session_id=session, start_ns=r["t"],
                                    history=r["history"], parent=r["ctx"], capture_content=capture_content)
             provider.force_flush()

@@ -12,10 +12,18 @@ Configuration (one JSON argument):
   (opentelemetry-instrumentation-openai), ``openinference`` (openinference-instrumentation-openai) or
   ``openlit``;
 - ``content``: message content capture on or off, through each library's own switch;
+- ``content_mode``: ``span`` (content on the span, the default), ``event_only`` (openai-v2 with util-genai's
+  latest conventions: one ``gen_ai.client.inference.operation.details`` log record per call, nothing on the
+  span) or ``events`` (OpenLLMetry with ``use_legacy_attributes=False``: the 1.30 conventions, one log record
+  per message, ``gen_ai.user.message``, ``gen_ai.choice``, ...); log records are exported with the OTLP log
+  exporter of the same transport;
+- ``transport``: ``http`` (OTLP/HTTP to ``otlp``, the default) or ``grpc`` (OTLP/gRPC to ``otlp_grpc``);
 - ``session_mode``: where the session id goes: ``native`` (the library's own way: traceloop association
   properties for OpenLLMetry, ``using_session`` for OpenInference), ``processor`` (``loop_detector.session_id``
-  on every span, from a small span processor) or ``invoke_agent`` (``gen_ai.conversation.id`` on the agent
-  run's root span only);
+  on every span, from a small span processor), ``baggage`` (``session.id`` in the OpenTelemetry baggage,
+  copied onto every span by ``opentelemetry-processor-baggage``, the standard route) or ``invoke_agent``
+  (``gen_ai.conversation.id`` on the agent run's root span only);
+- ``attribute_count_limit``: the SDK's span attribute limit (default 4096; 128 is the SDK's own default);
 - ``otlp`` (base URL of the OTLP/HTTP receiver), ``openai_base_url`` (the stub's ``.../v1``),
   ``examples_dir`` (for the stub's tool list), ``agents`` (``[{"session", "scenario", "steps"}]``),
   ``pricing_json`` (OpenLIT's price file).
@@ -39,6 +47,8 @@ CONFIG: dict[str, Any] = json.loads(sys.argv[1])
 INSTRUMENTATION: str = CONFIG["instrumentation"]
 CONTENT: bool = bool(CONFIG["content"])
 SESSION_MODE: str = CONFIG.get("session_mode", "native")
+CONTENT_MODE: str = CONFIG.get("content_mode", "span")
+TRANSPORT: str = CONFIG.get("transport", "http")
 
 # Indexed dialects (OpenInference, OpenLLMetry before 0.5x) write several attributes per message: past the SDK's
 # default limit of 128 attributes a span drops the rest, usage and output included (docs/instrumentations.md).
@@ -47,7 +57,8 @@ os.environ["OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"] = str(CONFIG.get("attribute_count_
 # Content capture, each library's own switch (read when the instrumentation is imported or instrumented).
 if INSTRUMENTATION == "openai-v2":
     if CONTENT:
-        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "span_only"
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = (
+            "event_only" if CONTENT_MODE == "event_only" else "span_only")
         os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
     else:
         os.environ.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
@@ -103,25 +114,60 @@ def make_provider() -> TracerProvider:
     provider = TracerProvider(resource=Resource.create({"service.name": f"agent-{INSTRUMENTATION}"}))
     if SESSION_MODE == "processor":
         provider.add_span_processor(SessionAttributeProcessor("loop_detector.session_id"))
+    elif SESSION_MODE == "baggage":
+        from opentelemetry.processor.baggage import ALLOW_ALL_BAGGAGE_KEYS, BaggageSpanProcessor
+
+        provider.add_span_processor(BaggageSpanProcessor(ALLOW_ALL_BAGGAGE_KEYS))
     elif SESSION_MODE == "native" and INSTRUMENTATION == "openllmetry":
         provider.add_span_processor(SessionAttributeProcessor("traceloop.association.properties.session_id"))
-    exporter = OTLPSpanExporter(endpoint=CONFIG["otlp"].rstrip("/") + "/v1/traces", timeout=10)
+    if TRANSPORT == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+        exporter: Any = GrpcSpanExporter(endpoint=CONFIG["otlp_grpc"], insecure=True, timeout=10)
+    else:
+        exporter = OTLPSpanExporter(endpoint=CONFIG["otlp"].rstrip("/") + "/v1/traces", timeout=10)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
     trace.set_tracer_provider(provider)
     return provider
 
 
-def instrument(provider: TracerProvider) -> list[str]:
+def make_logger_provider() -> Any:
+    """The log pipeline, for the content modes that write log records (the SDK's default batching)."""
+    if CONTENT_MODE == "span":
+        return None
+    from opentelemetry._logs import set_logger_provider
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+    if TRANSPORT == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+
+        exporter = OTLPLogExporter(endpoint=CONFIG["otlp_grpc"], insecure=True, timeout=10)
+    else:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
+
+        exporter = HttpLogExporter(endpoint=CONFIG["otlp"].rstrip("/") + "/v1/logs", timeout=10)
+    logger_provider = LoggerProvider(resource=Resource.create({"service.name": f"agent-{INSTRUMENTATION}"}))
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
+    set_logger_provider(logger_provider)
+    return logger_provider
+
+
+def instrument(provider: TracerProvider, logger_provider: Any = None) -> list[str]:
     """Instrument the openai module; returns the distributions whose versions matter."""
     if INSTRUMENTATION == "openai-v2":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
+        OpenAIInstrumentor().instrument(tracer_provider=provider, logger_provider=logger_provider)
         return ["opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai"]
     if INSTRUMENTATION == "openllmetry":
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
+        if CONTENT_MODE == "events":  # content as per-message log records instead of span attributes
+            OpenAIInstrumentor(use_legacy_attributes=False).instrument(tracer_provider=provider,
+                                                                       logger_provider=logger_provider)
+        else:
+            OpenAIInstrumentor().instrument(tracer_provider=provider)
         return ["opentelemetry-instrumentation-openai", "opentelemetry-semantic-conventions-ai"]
     if INSTRUMENTATION == "openinference":
         from openinference.instrumentation.openai import OpenAIInstrumentor
@@ -177,6 +223,11 @@ def run_agent(client: openai.OpenAI, tracer: trace.Tracer, session: str, scenari
     if SESSION_MODE == "invoke_agent":
         root_attrs["gen_ai.conversation.id"] = session
     scope: Any = None
+    baggage_token = None
+    if SESSION_MODE == "baggage":  # what the app (or a web framework's middleware) does once per request
+        from opentelemetry import baggage
+
+        baggage_token = otel_context.attach(baggage.set_baggage("session.id", session))
     if INSTRUMENTATION == "openinference" and SESSION_MODE == "native":
         from openinference.instrumentation import using_session
 
@@ -209,16 +260,21 @@ def run_agent(client: openai.OpenAI, tracer: trace.Tracer, session: str, scenari
     finally:
         if scope is not None:
             scope.__exit__(None, None, None)
+        if baggage_token is not None:
+            otel_context.detach(baggage_token)
         SESSION.reset(token)
     return {"session": session, "scenario": scenario, "trace_id": trace_id, "usage": usage, "errors": errors}
 
 
 def main() -> None:
     provider = make_provider()
-    packages = instrument(provider)
+    logger_provider = make_logger_provider()
+    packages = instrument(provider, logger_provider)
     client = openai.OpenAI(base_url=CONFIG["openai_base_url"], api_key="sk-stub", max_retries=0, timeout=20)
     tracer = provider.get_tracer("instrumented-agent")
     runs = [run_agent(client, tracer, a["session"], a["scenario"], int(a["steps"])) for a in CONFIG["agents"]]
+    if logger_provider is not None:  # as opentelemetry-instrument's exit handlers do: logs first, then spans
+        logger_provider.shutdown()
     provider.shutdown()  # flushes every span to the receiver
     versions = {}
     for dist in ["openai", "opentelemetry-sdk", *packages]:

@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 
-from detector.sdk.blocklist import LocalBlocklist
-from detector.sdk.context import current_ids, current_trace_id
-from detector.sdk.models import (
+from loop_detector_sdk.blocklist import LocalBlocklist
+from loop_detector_sdk.context import current_ids, current_trace_id
+from loop_detector_sdk.models import (
     REASON_UNAVAILABLE,
     SOURCE_CACHE,
     SOURCE_FAIL_CLOSED,

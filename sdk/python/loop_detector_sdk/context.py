@@ -3,13 +3,13 @@
 ``loop_context(session_id=..., virtual_key=..., feature=...)`` is a context manager (sync and async code
 alike: it uses context variables) that
 
-* makes the ids the defaults of :class:`~detector.sdk.LoopGuard` checks made inside it, and
+* makes the ids the defaults of :class:`~loop_detector_sdk.LoopGuard` checks made inside it, and
 * when ``opentelemetry-api`` is installed, sets them as OTel baggage (``loop_detector.session_id``,
   ``loop_detector.virtual_key``, ``loop_detector.feature``), which :class:`LoopAttributesSpanProcessor`
   copies as attributes onto every span started inside, plus ``gen_ai.conversation.id`` when the span has
   none. loop-detector's ClickHouse view resolves those attribute names to the call's session, key and feature.
 
-Register the processor (:mod:`detector.sdk.otel`) once:
+Register the processor (:mod:`loop_detector_sdk.otel`) once:
 ``tracer_provider.add_span_processor(LoopAttributesSpanProcessor())``. OpenTelemetry is optional: it is
 imported on first use, and only when installed.
 """

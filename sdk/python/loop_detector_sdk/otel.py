@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from detector.sdk.context import CONVERSATION_ATTR, FEATURE_ATTR, SESSION_ATTR, VIRTUAL_KEY_ATTR, _otel, current_ids
+from loop_detector_sdk.context import (
+    CONVERSATION_ATTR,
+    FEATURE_ATTR,
+    SESSION_ATTR,
+    VIRTUAL_KEY_ATTR,
+    _otel,
+    current_ids,
+)
 
 try:  # subclass the SDK's processor when it is installed (it calls private hooks on processors)
     from opentelemetry.sdk.trace import SpanProcessor as _Base
