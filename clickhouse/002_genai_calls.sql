@@ -46,12 +46,34 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls (
     out_tool_fps Array(UInt64),
     response_fp UInt64,
     error_fp UInt64,
+    observation_fp UInt64,
+    observation_simhash UInt64,
+    observation_empty UInt8,
+    observation_chars UInt32,
+    args_fp UInt64,
+    args_simhash UInt64,
+    output_fp UInt64,
+    output_norm_simhash UInt64,
+    out_tool_arg_simhashes Array(UInt64),
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
 ) ENGINE = MergeTree()
 PARTITION BY toDate(inserted_at)
 ORDER BY (session_id, ts, span_id);
+
+-- Upgrades: a data directory created before the progress columns gets them here (the view below is replaced
+-- when its definition changed: detector/storage/schema.py keeps a hash of it in otel.loop_meta).
+ALTER TABLE otel.genai_calls
+    ADD COLUMN IF NOT EXISTS observation_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS observation_empty UInt8,
+    ADD COLUMN IF NOT EXISTS observation_chars UInt32,
+    ADD COLUMN IF NOT EXISTS args_fp UInt64,
+    ADD COLUMN IF NOT EXISTS args_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS output_fp UInt64,
+    ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
 -- Nested steps, so that each attribute is looked up once and each expression is analysed once (the view's SQL is
@@ -85,7 +107,27 @@ SELECT
         arraySort(arrayMap(p -> JSONExtractString(p, 'type'), sc_parts)), length(out_tools) > 0,
         toUInt32(round(log2(out_tok + 1) * 4))) AS response_fp,
     if(err, cityHash64(err_type, replaceRegexpAll(StatusMessage, '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\\d+', '#')), 0)
-        AS error_fp
+        AS error_fp,
+    -- progress evidence (docs/signals.md, "Progress"): what came back (a tool's result; for a model call its new
+    -- input), the tool's arguments and the model's own text, each with incidental variation normalized (UUIDs,
+    -- timestamps, dates, times, timings, hex runs, ids that mix letters and digits, JSON key order, whitespace;
+    -- plain numbers are kept: a count or a page number is information). Exact: a hash of that; fuzzy: a SimHash of
+    -- it, case-insensitive: of an observation, over word shingles and without its JSON keys, so that pages of
+    -- records differ by what the records say (0 for a text of a few words: only exact evidence then); of the
+    -- arguments and the reply, over character n-grams, for arguments with every number also dropped, so a shifted
+    -- offset is the same action reworded. `observation_empty`: the observation is "nothing" (no results, not found, empty).
+    if(normalized[1] != '', cityHash64(normalized[1]), 0) AS observation_fp,
+    if(normalized[4] != '', wordShingleSimHashCaseInsensitiveUTF8(normalized[4]), 0) AS observation_simhash,
+    observed != '' AND match(lower(observed), '"(results|items|hits|matches|documents|records|entries|rows|data)"\\s*:\\s*\\[\\s*\\]|"(total|count|hits|total_count|num_results)"\\s*:\\s*0\\b|\\bno (results?|matches|documents?|items?|records?|entries|hits|data)\\b|\\bnot found\\b|\\bnothing (found|matched)\\b|^\\s*(null|none|\\[\\s*\\]|\\{\\s*\\})?\\s*$')
+        AS observation_empty,
+    length(normalized[1]) AS observation_chars,
+    if(tool != '' AND normalized[2] != '', cityHash64(tool, normalized[2]), 0) AS args_fp,
+    if(tool != '' AND normalized[2] != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(normalized[2], '\\d+', '#')), 0)
+        AS args_simhash,
+    if(normalized[3] != '', cityHash64(normalized[3]), 0) AS output_fp,
+    if(normalized[3] != '', ngramSimHashCaseInsensitiveUTF8(normalized[3]), 0) AS output_norm_simhash,
+    arrayMap(x -> if(x != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(x, '\\d+', '#')), 0), out_tool_args)
+        AS out_tool_arg_simhashes
 FROM (
 -- (2) the dialects normalized: keys, usage, errors, and the content and tool calls of whichever dialect has them
 SELECT *,
@@ -102,7 +144,9 @@ SELECT *,
         '') AS whole_input,
     multiIf(
         in_msgs != '', arrayStringConcat(arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
-                if(JSONType(p, 'response') = 'String', JSONExtractString(p, 'response'), JSONExtractRaw(p, 'response')),
+                multiIf(JSONType(p, 'response') = 'String', JSONExtractString(p, 'response'), JSONHas(p, 'response'),
+                    JSONExtractRaw(p, 'response'), JSONType(p, 'result') = 'String', JSONExtractString(p, 'result'),
+                    JSONExtractRaw(p, 'result')),
                 JSONExtractString(p, 'content')), JSONExtractArrayRaw(sc_last_msg, 'parts')), ' ')
             || JSONExtractString(sc_last_msg, 'content'),
         ol, a[concat('gen_ai.prompt.', toString(length(arrayFilter(k -> endsWith(k, '.role'), ol_prompt_keys)) - 1),
@@ -172,8 +216,10 @@ SELECT *,
     if(op = 'execute_tool', multiIf(tool_sc != '', tool_sc, tool_vc != '', tool_vc, tool_oi != '', tool_oi,
         tool_tl != '', tool_tl, replaceOne(SpanName, 'execute_tool ', '')), '') AS tool,
     if(op = 'execute_tool', multiIf(
-        -- OpenLLMetry's LangChain instrumentation wraps the tool input with the run's tags and metadata
-        args_sc != '' AND JSONHas(args_sc, 'input_str'), JSONExtractString(args_sc, 'input_str'),
+        -- OpenLLMetry's LangChain callback envelope (the input beside the run's tags, metadata and counters): the
+        -- arguments are its `inputs` object, else its `input_str`
+        args_sc != '' AND JSONHas(args_sc, 'input_str'), if(JSONType(args_sc, 'inputs') = 'Object',
+            JSONExtractRaw(args_sc, 'inputs'), JSONExtractString(args_sc, 'input_str')),
         args_sc != '', args_sc,
         args_vc != '', args_vc,
         args_oi != '', args_oi,
@@ -183,6 +229,23 @@ SELECT *,
         oi_kind = 'TOOL' AND input_value != '__REDACTED__', input_value,
         JSONHas(args_tl, 'kwargs') AND JSONLength(args_tl, 'args') = 0, JSONExtractRaw(args_tl, 'kwargs'),
         args_tl), '') AS tool_args,
+    -- what came back: a tool's result (its echo of the arguments taken out: a search that repeats the query back
+    -- brings nothing new with it), or, for a model call, its new input (the last input message)
+    if(op = 'execute_tool', multiIf(result_sc != '', result_sc,
+        oi_kind = 'TOOL' AND output_value NOT IN ('', '__REDACTED__'), output_value, result_tl), '') AS tool_result,
+    if(op = 'execute_tool', arrayFold((acc, v) -> if(length(v) >= 4 AND match(v, '[A-Za-z]'), replaceAll(acc, v, '<arg>'),
+        acc), arrayMap(kv -> kv.2, JSONExtractKeysAndValues(tool_args, 'String')), tool_result), last_input) AS observed,
+    -- each of them with incidental variation normalized (see the top of this SELECT's parent)
+    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
+        replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
+        '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
+        '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
+        '<ts>'),
+        '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
+        '\\1\\2\\3<dur>'),
+        '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
+        '\\s+', ' ')), [observed, tool_args, output_text,
+        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized,
     -- the first non-empty session attribute: span, then resource, else the trace
     arrayFirstIndex(x -> x != '', session_values) AS session_index,
     if(session_index = 0, TraceId, session_values[session_index]) AS session_id,
@@ -340,6 +403,8 @@ SELECT
     a['gen_ai.tool.call.arguments'] AS args_sc,
     a['tool_call.function.arguments'] AS args_oi,
     a['traceloop.entity.input'] AS args_tl,
+    a['gen_ai.tool.call.result'] AS result_sc,
+    a['traceloop.entity.output'] AS result_tl,
     tool_sc AS lit_tool_names,
     a['gen_ai.tool.args'] AS lit_tool_args,
     a['gen_ai.request.max_tokens'] AS max_tokens,

@@ -48,10 +48,13 @@ CREATE TABLE IF NOT EXISTS otel.loop_scores (
     dominant_signal LowCardinality(String),
     tokens UInt64,
     cost_usd Float64,
-    inserted_at DateTime64(6) DEFAULT now64(6)
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = MergeTree()
 PARTITION BY toDate(inserted_at)
 ORDER BY (scope, scope_id, ts);
+
+ALTER TABLE otel.loop_scores ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 -- The event log: escalation transitions, rule trips, budget and manual actions.
 CREATE TABLE IF NOT EXISTS otel.loop_events (
@@ -75,10 +78,15 @@ CREATE TABLE IF NOT EXISTS otel.loop_events (
     dominant_signal LowCardinality(String),
     consecutive UInt32,
     message String,
-    inserted_at DateTime64(6) DEFAULT now64(6)
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = MergeTree()
 PARTITION BY toDate(inserted_at)
 ORDER BY (scope_id, ts);
+
+-- What an event rests on (exact, fuzzy, sizes, structure, rate: docs/signals.md, "Evidence"); added to event logs
+-- created before it.
+ALTER TABLE otel.loop_events ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 -- Current decision per scope, what the enforcement API serves.
 CREATE TABLE IF NOT EXISTS otel.loop_decisions (
@@ -95,9 +103,12 @@ CREATE TABLE IF NOT EXISTS otel.loop_decisions (
     instruction String,
     expires_at DateTime64(6),
     updated_at DateTime64(6) DEFAULT now64(6),
-    version UInt64
+    version UInt64,
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY (scope, scope_id);
+
+ALTER TABLE otel.loop_decisions ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 -- Manual actions: blocked sessions, revoked keys (active = 0 lifts them).
 CREATE TABLE IF NOT EXISTS otel.loop_manual (

@@ -102,6 +102,15 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls_local ON CLUSTER 'loop_cluster' (
     out_tool_fps Array(UInt64),
     response_fp UInt64,
     error_fp UInt64,
+    observation_fp UInt64,
+    observation_simhash UInt64,
+    observation_empty UInt8,
+    observation_chars UInt32,
+    args_fp UInt64,
+    args_simhash UInt64,
+    output_fp UInt64,
+    output_norm_simhash UInt64,
+    out_tool_arg_simhashes Array(UInt64),
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
@@ -111,6 +120,26 @@ ORDER BY (session_id, ts, span_id);
 
 CREATE TABLE IF NOT EXISTS otel.genai_calls ON CLUSTER 'loop_cluster' AS otel.genai_calls_local
 ENGINE = Distributed('loop_cluster', 'otel', 'genai_calls_local', cityHash64(trace_id));
+
+ALTER TABLE otel.genai_calls_local ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXISTS observation_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS observation_empty UInt8,
+    ADD COLUMN IF NOT EXISTS observation_chars UInt32,
+    ADD COLUMN IF NOT EXISTS args_fp UInt64,
+    ADD COLUMN IF NOT EXISTS args_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS output_fp UInt64,
+    ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
+
+ALTER TABLE otel.genai_calls ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXISTS observation_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS observation_empty UInt8,
+    ADD COLUMN IF NOT EXISTS observation_chars UInt32,
+    ADD COLUMN IF NOT EXISTS args_fp UInt64,
+    ADD COLUMN IF NOT EXISTS args_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS output_fp UInt64,
+    ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv ON CLUSTER 'loop_cluster' TO otel.genai_calls_local AS
 SELECT
@@ -136,7 +165,19 @@ SELECT
         arraySort(arrayMap(p -> JSONExtractString(p, 'type'), sc_parts)), length(out_tools) > 0,
         toUInt32(round(log2(out_tok + 1) * 4))) AS response_fp,
     if(err, cityHash64(err_type, replaceRegexpAll(StatusMessage, '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\\d+', '#')), 0)
-        AS error_fp
+        AS error_fp,
+    if(normalized[1] != '', cityHash64(normalized[1]), 0) AS observation_fp,
+    if(normalized[4] != '', wordShingleSimHashCaseInsensitiveUTF8(normalized[4]), 0) AS observation_simhash,
+    observed != '' AND match(lower(observed), '"(results|items|hits|matches|documents|records|entries|rows|data)"\\s*:\\s*\\[\\s*\\]|"(total|count|hits|total_count|num_results)"\\s*:\\s*0\\b|\\bno (results?|matches|documents?|items?|records?|entries|hits|data)\\b|\\bnot found\\b|\\bnothing (found|matched)\\b|^\\s*(null|none|\\[\\s*\\]|\\{\\s*\\})?\\s*$')
+        AS observation_empty,
+    length(normalized[1]) AS observation_chars,
+    if(tool != '' AND normalized[2] != '', cityHash64(tool, normalized[2]), 0) AS args_fp,
+    if(tool != '' AND normalized[2] != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(normalized[2], '\\d+', '#')), 0)
+        AS args_simhash,
+    if(normalized[3] != '', cityHash64(normalized[3]), 0) AS output_fp,
+    if(normalized[3] != '', ngramSimHashCaseInsensitiveUTF8(normalized[3]), 0) AS output_norm_simhash,
+    arrayMap(x -> if(x != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(x, '\\d+', '#')), 0), out_tool_args)
+        AS out_tool_arg_simhashes
 FROM (
 SELECT *,
     multiIf(
@@ -150,7 +191,9 @@ SELECT *,
         '') AS whole_input,
     multiIf(
         in_msgs != '', arrayStringConcat(arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
-                if(JSONType(p, 'response') = 'String', JSONExtractString(p, 'response'), JSONExtractRaw(p, 'response')),
+                multiIf(JSONType(p, 'response') = 'String', JSONExtractString(p, 'response'), JSONHas(p, 'response'),
+                    JSONExtractRaw(p, 'response'), JSONType(p, 'result') = 'String', JSONExtractString(p, 'result'),
+                    JSONExtractRaw(p, 'result')),
                 JSONExtractString(p, 'content')), JSONExtractArrayRaw(sc_last_msg, 'parts')), ' ')
             || JSONExtractString(sc_last_msg, 'content'),
         ol, a[concat('gen_ai.prompt.', toString(length(arrayFilter(k -> endsWith(k, '.role'), ol_prompt_keys)) - 1),
@@ -215,7 +258,8 @@ SELECT *,
     if(op = 'execute_tool', multiIf(tool_sc != '', tool_sc, tool_vc != '', tool_vc, tool_oi != '', tool_oi,
         tool_tl != '', tool_tl, replaceOne(SpanName, 'execute_tool ', '')), '') AS tool,
     if(op = 'execute_tool', multiIf(
-        args_sc != '' AND JSONHas(args_sc, 'input_str'), JSONExtractString(args_sc, 'input_str'),
+        args_sc != '' AND JSONHas(args_sc, 'input_str'), if(JSONType(args_sc, 'inputs') = 'Object',
+            JSONExtractRaw(args_sc, 'inputs'), JSONExtractString(args_sc, 'input_str')),
         args_sc != '', args_sc,
         args_vc != '', args_vc,
         args_oi != '', args_oi,
@@ -225,6 +269,20 @@ SELECT *,
         oi_kind = 'TOOL' AND input_value != '__REDACTED__', input_value,
         JSONHas(args_tl, 'kwargs') AND JSONLength(args_tl, 'args') = 0, JSONExtractRaw(args_tl, 'kwargs'),
         args_tl), '') AS tool_args,
+    if(op = 'execute_tool', multiIf(result_sc != '', result_sc,
+        oi_kind = 'TOOL' AND output_value NOT IN ('', '__REDACTED__'), output_value, result_tl), '') AS tool_result,
+    if(op = 'execute_tool', arrayFold((acc, v) -> if(length(v) >= 4 AND match(v, '[A-Za-z]'), replaceAll(acc, v, '<arg>'),
+        acc), arrayMap(kv -> kv.2, JSONExtractKeysAndValues(tool_args, 'String')), tool_result), last_input) AS observed,
+    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
+        replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
+        '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
+        '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
+        '<ts>'),
+        '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
+        '\\1\\2\\3<dur>'),
+        '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
+        '\\s+', ' ')), [observed, tool_args, output_text,
+        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized,
     arrayFirstIndex(x -> x != '', session_values) AS session_index,
     if(session_index = 0, TraceId, session_values[session_index]) AS session_id,
     if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
@@ -358,6 +416,8 @@ SELECT
     a['gen_ai.tool.call.arguments'] AS args_sc,
     a['tool_call.function.arguments'] AS args_oi,
     a['traceloop.entity.input'] AS args_tl,
+    a['gen_ai.tool.call.result'] AS result_sc,
+    a['traceloop.entity.output'] AS result_tl,
     tool_sc AS lit_tool_names,
     a['gen_ai.tool.args'] AS lit_tool_args,
     a['gen_ai.request.max_tokens'] AS max_tokens,
@@ -415,13 +475,18 @@ CREATE TABLE IF NOT EXISTS otel.loop_scores_local ON CLUSTER 'loop_cluster' (
     dominant_signal LowCardinality(String),
     tokens UInt64,
     cost_usd Float64,
-    inserted_at DateTime64(6) DEFAULT now64(6)
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/otel/loop_scores_local', '{replica}')
 PARTITION BY toDate(inserted_at)
 ORDER BY (scope, scope_id, ts);
 
 CREATE TABLE IF NOT EXISTS otel.loop_scores ON CLUSTER 'loop_cluster' AS otel.loop_scores_local
 ENGINE = Distributed('loop_cluster', 'otel', 'loop_scores_local', cityHash64(scope_id));
+
+ALTER TABLE otel.loop_scores_local ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
+
+ALTER TABLE otel.loop_scores ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 CREATE TABLE IF NOT EXISTS otel.loop_events_local ON CLUSTER 'loop_cluster' (
     ts DateTime64(9),
@@ -444,13 +509,18 @@ CREATE TABLE IF NOT EXISTS otel.loop_events_local ON CLUSTER 'loop_cluster' (
     dominant_signal LowCardinality(String),
     consecutive UInt32,
     message String,
-    inserted_at DateTime64(6) DEFAULT now64(6)
+    inserted_at DateTime64(6) DEFAULT now64(6),
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/otel/loop_events_local', '{replica}')
 PARTITION BY toDate(inserted_at)
 ORDER BY (scope_id, ts);
 
 CREATE TABLE IF NOT EXISTS otel.loop_events ON CLUSTER 'loop_cluster' AS otel.loop_events_local
 ENGINE = Distributed('loop_cluster', 'otel', 'loop_events_local', cityHash64(scope_id));
+
+ALTER TABLE otel.loop_events_local ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
+
+ALTER TABLE otel.loop_events ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 CREATE TABLE IF NOT EXISTS otel.loop_decisions_local ON CLUSTER 'loop_cluster' (
     scope LowCardinality(String),
@@ -466,12 +536,17 @@ CREATE TABLE IF NOT EXISTS otel.loop_decisions_local ON CLUSTER 'loop_cluster' (
     instruction String,
     expires_at DateTime64(6),
     updated_at DateTime64(6) DEFAULT now64(6),
-    version UInt64
+    version UInt64,
+    evidence LowCardinality(String) DEFAULT 'none'
 ) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/otel/loop_decisions_local', '{replica}', version)
 ORDER BY (scope, scope_id);
 
 CREATE TABLE IF NOT EXISTS otel.loop_decisions ON CLUSTER 'loop_cluster' AS otel.loop_decisions_local
 ENGINE = Distributed('loop_cluster', 'otel', 'loop_decisions_local', cityHash64(scope_id));
+
+ALTER TABLE otel.loop_decisions_local ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
+
+ALTER TABLE otel.loop_decisions ON CLUSTER 'loop_cluster' ADD COLUMN IF NOT EXISTS evidence LowCardinality(String) DEFAULT 'none';
 
 CREATE TABLE IF NOT EXISTS otel.loop_manual_local ON CLUSTER 'loop_cluster' (
     scope LowCardinality(String),

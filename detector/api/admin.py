@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from detector.api.ports import ServicePort, WebhookOutboxView
 from detector.api.session_views import list_sessions, session_detail, stats
-from detector.settings.config import AppConfig, Budget, ConfigError, Rule, load_config
+from detector.settings.config import Budget, ConfigError, Rule, load_config
 from detector.settings.vocabulary import (
     MANUAL_BLOCK,
     MANUAL_REVOKE,
@@ -90,7 +90,8 @@ class ReloadOut(BaseModel):
 def _file_list(service: ServicePort, kind: str) -> list[dict[str, Any]]:
     """The config file's list of ``kind`` (what applies once the API's override is dropped)."""
     try:
-        file_config = load_config(service.config_path) if service.config_path else AppConfig()
+        file_config = load_config(service.config_path, preset=service.preset) if service.config_path else \
+            load_config(None, preset=service.preset)
     except ConfigError as exc:
         raise HTTPException(422, {"errors": exc.errors}) from None
     return [item.model_dump(mode="json") for item in getattr(file_config, kind)]

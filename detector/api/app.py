@@ -34,12 +34,14 @@ from detector.settings.vocabulary import (
     ACTION_ALLOW,
     ACTION_BLOCK,
     BUDGET_BLOCK,
+    EVIDENCE_NONE,
     SCOPE_FEATURE,
     SCOPE_KEY,
     SCOPE_SESSION,
     Action,
     BudgetAction,
     BudgetScope,
+    Evidence,
     Level,
 )
 
@@ -74,6 +76,10 @@ class DecisionOut(BaseModel):
     delay_seconds: float = Field(0.0, description="for throttle: how long to wait before the call")
     instruction: str = Field("", description="for inject: the text to add to the system prompt")
     session_id: str = ""
+    evidence: Evidence = Field(EVIDENCE_NONE, description=(
+        "what the decision rests on: exact (normalized content identity: the same call with the same result, the "
+        "same error, the same reply), fuzzy (reworded or shifted, nothing new back), sizes (content capture off: "
+        "the same amounts to the token), structure (shape only: never alone above allow), rate (velocity), none"))
 
 
 class BlockedError(BaseModel):
@@ -85,6 +91,7 @@ class BlockedError(BaseModel):
     enforcement_level: Literal["hard_stop"]  # LEVEL_HARD_STOP, always
     scope: str = ""
     rule_name: str = ""
+    evidence: Evidence = EVIDENCE_NONE
 
 
 class BlockedOut(BaseModel):
@@ -189,6 +196,7 @@ def decision_payload(d: Decision, session_id: str) -> dict[str, Any]:
         "action": d.action, "level": d.level, "confidence": d.confidence, "dominant_signal": d.dominant_signal,
         "detector": d.detector, "scope": d.scope, "reason": d.reason, "rule_name": d.rule_name,
         "delay_seconds": d.delay_seconds, "instruction": d.instruction, "session_id": session_id,
+        "evidence": d.evidence,
     }
 
 

@@ -52,6 +52,9 @@ class ServicePort(Protocol):
     def config_path(self) -> str | None: ...
 
     @property
+    def preset(self) -> str | None: ...  # serve --preset, over the file's own (None: the file's)
+
+    @property
     def admin_token(self) -> str: ...
 
     @property

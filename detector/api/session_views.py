@@ -39,19 +39,30 @@ FROM otel.loop_state FINAL
 WHERE scope = 'session' AND scope_id = {session_id:String} AND deleted = 0
 """
 
+# One row per transition: the session and its trace both move when a session has a single trace (the same
+# transition, at the same call), so the scopes a transition happened in are listed together, the session first;
+# a trace's own transitions (a session of several traces) keep their own row, with the trace named.
 SESSION_TIMELINE = """
-SELECT toString(ts) AS time, kind, detector, rule_name, action, mode, from_level, to_level, confidence,
-       dominant_signal, consecutive, signals, message
-FROM otel.loop_events
-WHERE session_id = {session_id:String} AND scope IN ('session', 'trace')
-ORDER BY ts, inserted_at
+SELECT toString(ts) AS time, kind, detector, rule_name, action, mode, from_level, to_level, scopes, scopes[1] AS scope,
+       trace_id, confidence, dominant_signal, consecutive, signals, message, evidence
+FROM (
+    SELECT ts, kind, detector, rule_name, action, mode, from_level, to_level,
+           arraySort(x -> x != 'session', groupUniqArray(e.scope)) AS scopes, any(e.trace_id) AS trace_id,
+           max(e.confidence) AS confidence, any(e.dominant_signal) AS dominant_signal,
+           max(e.consecutive) AS consecutive, any(e.signals) AS signals, any(e.message) AS message,
+           any(e.evidence) AS evidence, min(e.inserted_at) AS first_inserted
+    FROM otel.loop_events AS e
+    WHERE e.session_id = {session_id:String} AND e.scope IN ('session', 'trace')
+    GROUP BY ts, kind, detector, rule_name, action, mode, from_level, to_level, e.span_id
+)
+ORDER BY ts, first_inserted, scope
 LIMIT 1000
 """
 
 SESSION_SCORES = """
 SELECT toString(ts) AS time, span_id, trace_id, content_similarity, tool_call_repetition, response_stagnation,
        error_cycling, token_velocity, context_growth, cost_velocity, raw_confidence, confidence, level,
-       dominant_signal, tokens, cost_usd
+       dominant_signal, tokens, cost_usd, evidence
 FROM otel.loop_scores
 WHERE scope = 'session' AND scope_id = {session_id:String}
 ORDER BY ts DESC

@@ -100,7 +100,8 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
         for i in range(calls):
             for name, (session, make_step) in agents.items():
                 st = state[name]
-                st["t"] = max(st["t"], time.time_ns())
+                # in the agent's own time: each step right after the last (the demo's pause to read the decision
+                # is not the agent waiting, which a poll would be)
                 st["t"] = emit_step(tracer, make_step(i), session_id=session, start_ns=st["t"],
                                     history=st["history"], parent=st["ctx"])
             provider.force_flush()

@@ -9,6 +9,7 @@ import sys
 
 from detector import native
 from detector.settings.config import ConfigError, load_config
+from detector.settings.vocabulary import PRESETS
 
 __all__ = ["DEFAULT_DATA_DIR", "build_parser", "main"]
 
@@ -23,7 +24,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # everything serve creates (the store's files, the journal, the token files) is its user's only: 0600 / 0700
     os.umask(0o077)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, preset=args.preset)
     except ConfigError as exc:
         print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
         return 2
@@ -32,7 +33,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.clickhouse_http_port is not None:
         config.clickhouse_http.port = args.clickhouse_http_port
     try:
-        service = Service(config, args.data_dir, config_path=args.config)
+        service = Service(config, args.data_dir, config_path=args.config, preset=args.preset)
     except ConfigError as exc:
         print(f"refusing to start: invalid configuration\n{exc}", file=sys.stderr)
         return 2
@@ -59,7 +60,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     try:
-        load_config(args.file)
+        load_config(args.file, preset=args.preset)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -115,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-port", type=int, default=8080, help="0: a free port (the startup line says which)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--shard", help="I/N: this detector replica's share of sessions (scaled mode)")
+    serve.add_argument("--preset", choices=PRESETS, help=(
+        "protect: blocking that is safe for honest work (calls repeating without progress, the failure loop); the "
+        "config file's own settings override it; default: the file's `preset:`, else never block"))
     serve.add_argument("--clickhouse-http-port", type=int, metavar="PORT",
                        help="also serve a read-only ClickHouse-compatible HTTP endpoint over the embedded store on "
                             "this port (conventionally 8123), for Grafana's ClickHouse plugin (config: "
@@ -124,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a config file, listing every error")
     check.add_argument("file")
+    check.add_argument("--preset", choices=PRESETS, help="validate the file over this preset (as serve --preset)")
     check.set_defaults(func=_cmd_check_config)
 
     demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")
@@ -146,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="replay a labeled corpus of agent runs through the real pipeline: recall, "
                         "false positives and detection delay, beside published baselines")
-    ev.add_argument("--corpus", help="directory of scenario JSON files (default: the built-in generated corpus)")
+    ev.add_argument("--corpus", help=(
+        "directory of scenario JSON files, or of recorded sessions (a manifest.json and OTLP/JSON files, as "
+        "detector/evaluation/recordings); default: the built-in generated corpus"))
+    ev.add_argument("--recorded", action="store_true",
+                    help="evaluate the recorded corpus installed with the package (real frameworks' spans)")
     ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
     ev.add_argument("--json", help="also write the results as JSON to this file")
     ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")
@@ -154,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--variants", type=int, help="runs per family in the built-in corpus (default 8)")
     ev.add_argument("--families", help="comma-separated families to keep (default: all)")
     ev.add_argument("--no-blocking-pass", action="store_true",
-                    help="skip the second pass with blocking rules (exact prompt repeat, failure loop) enabled")
+                    help="skip the second pass, with the protect preset (blocking that is safe for honest work)")
     ev.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_eval)

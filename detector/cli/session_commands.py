@@ -82,6 +82,14 @@ def print_sessions(data: dict[str, Any], out: TextIO, color: bool) -> None:
     print(f"\n{len(rows)} of {data['total']} session(s)", file=out)
 
 
+def _scopes(event: dict[str, Any]) -> str:
+    """Which scopes a timeline row is about: ``session``, ``session+trace`` (a single-trace session), or a trace."""
+    scopes = event.get("scopes") or [event.get("scope", "session")]
+    if scopes == ["trace"]:
+        return f"trace {str(event.get('trace_id', ''))[:8]}"
+    return "+".join(scopes)
+
+
 def print_session(d: dict[str, Any], out: TextIO, color: bool) -> None:
     print(f"session {d['session_id']}  key={d.get('virtual_key') or '-'}", file=out)
     print(_paint(f"level {d['level']}  confidence {d['current_confidence']:.3f} (peak {d['peak_confidence']:.3f})  "
@@ -97,12 +105,16 @@ def print_session(d: dict[str, Any], out: TextIO, color: bool) -> None:
     if not timeline:
         print("  (no transitions)", file=out)
     for e in timeline:
+        where = _scopes(e)
+        evidence = f"  evidence {e['evidence']}" if e.get("evidence", "none") != "none" else ""
         if e["kind"] == EVENT_ESCALATION:
-            text = f"  {e['time']}  {e['from_level']:>9} -> {e['to_level']:<9} conf {e['confidence']:.3f}  {e['dominant_signal']}"
+            text = (f"  {e['time']}  {where:<14} {e['from_level']:>9} -> {e['to_level']:<9} conf {e['confidence']:.3f}  "
+                    f"{e['dominant_signal']}{evidence}")
             print(_paint(text, e["to_level"], color), file=out)
         else:
             detail = e.get("rule_name") or e.get("detector")
-            print(f"  {e['time']}  {e['kind']}: {detail} {e['action']} ({e['mode']}) {e.get('message', '')}", file=out)
+            print(f"  {e['time']}  {where:<14} {e['kind']}: {detail} {e['action']} ({e['mode']}) "
+                  f"{e.get('message', '')}{evidence}", file=out)
     history = d.get("signal_history", [])[-15:]
     if history:
         print("\nrecent calls (newest last)", file=out)

@@ -29,6 +29,16 @@ from detector.core.escalation import LEVEL_ACTION, LEVELS, break_instruction, co
 from detector.core.events import event_row
 from detector.core.models import Call, Turn
 from detector.core.pricing import PriceBook
+from detector.core.progress import (
+    EVIDENCE_NAMES,
+    EXACT,
+    FUZZY,
+    SIZES,
+    STRUCTURE,
+    Outcome,
+    Step,
+    make_step,
+)
 from detector.core.rules import VelocityState, cap_reached, failure_kind, find_repeat
 from detector.core.scope_state import NO_TRIPS, RuleTrip, ScopeState
 from detector.core.score_rows import ScoreColumns, score_dict
@@ -43,15 +53,23 @@ from detector.settings.vocabulary import (
     ACTION_BLOCK,
     ACTION_INJECT,
     ACTION_THROTTLE,
+    ACTION_WARN,
     DETECTOR_CONFIDENCE,
     DETECTOR_EXACT_PROMPT_REPEAT,
     DETECTOR_FAILURE_LOOP,
+    DETECTOR_NO_PROGRESS,
     DETECTOR_NONE,
     DETECTOR_TRACE_CAP,
     DETECTOR_VELOCITY,
     EVENT_ESCALATION,
+    EVENT_PROGRESS,
     EVENT_RULE,
     EVENT_RULE_CLEAR,
+    EVIDENCE_EXACT,
+    EVIDENCE_FUZZY,
+    EVIDENCE_NONE,
+    EVIDENCE_RATE,
+    EVIDENCE_STRUCTURE,
     LEVEL_INJECT,
     MODE_ENFORCE,
     RULE_BLOCK,
@@ -72,6 +90,14 @@ _ZERO_NAMED: Final[dict[str, float]] = dict.fromkeys(SIGNAL_NAMES, 0.0)
 _SIGNAL_NAMES: Final[tuple[str, ...]] = SIGNAL_NAMES
 
 _OUTPUT_MARKS = itertools.count(1)
+_TOOL_FINISHES: Final = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
+_RATE_SIGNALS: Final = frozenset({"token_velocity", "cost_velocity"})
+_ERROR: Final = 3  # indices in SignalValues (SIGNAL_NAMES order): compiled, an index is cheaper than a field name
+_TOKEN_VELOCITY: Final = 4
+_COST_VELOCITY: Final = 6
+# The signal a floored score names when the signals themselves were quiet (a reworded search: no two calls alike,
+# the same nothing back), by the kind of step that repeated.
+_STEP_SIGNAL: Final = ("tool_call_repetition", "content_similarity", "error_cycling")
 
 
 @dataclass(slots=True)
@@ -130,6 +156,7 @@ class DecisionKey(NamedTuple):
     rule_name: str
     instruction: str
     expires_at_us: int
+    evidence: str
 
 
 @dataclass(slots=True)
@@ -144,11 +171,28 @@ class _Tuning:
     counts: tuple[int, ...]
     step_down_after: int
     weights: tuple[tuple[str, float], ...]
+    progress: bool  # loop_detection.progress: evidence weighs on the score
+    early_warning: bool
+    poll_wait_ns: int
+    exact_floor: float
+    fuzzy_floor: float
+    discount: float
+    structure_cap: float  # below warn_confidence: structure alone never warns
+    w_token_velocity: float
+    w_cost_velocity: float
 
     @classmethod
     def of(cls, cfg: LoopDetectionConfig) -> _Tuning:
+        pr = cfg.progress
+        thresholds = thresholds_of(cfg)
         return cls(cfg.history_depth, cfg.token_velocity_threshold, cfg.cost_velocity_threshold, cfg.ema_alpha,
-                   thresholds_of(cfg), counts_of(cfg), cfg.step_down_after, weight_items(cfg.weights))
+                   thresholds, counts_of(cfg), cfg.step_down_after, weight_items(cfg.weights), pr.enabled,
+                   pr.enabled and pr.early_warning, int(pr.poll_wait_seconds * 1e9), pr.exact_floor, pr.fuzzy_floor,
+                   pr.progress_discount, STRUCTURE_CAP_SHARE * thresholds[0], cfg.weights.token_velocity,
+                   cfg.weights.cost_velocity)
+
+
+STRUCTURE_CAP_SHARE: Final = 0.9  # structure-only calls keep their raw confidence below 0.9 x warn_confidence
 
 
 def round_unit(x: float, digits: int) -> float:
@@ -201,11 +245,18 @@ class PlannedRule:
     threshold: float = 0.0
     same_tool_repeats: int = 0  # failure_loop
     same_error_repeats: int = 0
+    wasted_calls: int = 0  # no_progress
+    min_level: int = 0
+    no_progress: bool = False
 
     @classmethod
     def of(cls, rule: Rule, params: Any) -> PlannedRule:
+        # An enforced block stays once tripped for the rules whose condition only grows (a cap) or is about the
+        # requests themselves (an exact repeat). The failure loop and no progress clear with the streak: a call
+        # that succeeds is not held by the failures before it. The velocity breaker clears itself.
         planned = cls(rule.name, rule.detector, rule.action, rule.mode, rule.enabled,
-                      rule.action == RULE_BLOCK and rule.mode == MODE_ENFORCE and rule.detector != DETECTOR_VELOCITY, params)
+                      rule.action == RULE_BLOCK and rule.mode == MODE_ENFORCE
+                      and rule.detector in (DETECTOR_EXACT_PROMPT_REPEAT, DETECTOR_TRACE_CAP), params)
         if rule.detector == DETECTOR_EXACT_PROMPT_REPEAT:
             planned.window = params.window
             planned.repeats = params.repeat_counts()
@@ -215,7 +266,83 @@ class PlannedRule:
         elif rule.detector == DETECTOR_FAILURE_LOOP:
             planned.same_tool_repeats = params.same_tool_repeats
             planned.same_error_repeats = params.same_error_repeats
+        elif rule.detector == DETECTOR_NO_PROGRESS:
+            planned.no_progress = True
+            planned.wasted_calls = params.wasted_calls
+            planned.min_level = EXACT if params.min_evidence == "exact" else FUZZY
         return planned
+
+
+def _final_answer(call: Call, history: Sequence[Turn]) -> bool:
+    """Whether the call is a final answer that asked for no tool: known from its captured output, or from its finish
+    reasons when the instrumentation reports tool calls as such (an earlier call of the trace finished with one; some,
+    such as OpenInference's Responses API spans, say ``stop`` for every call)."""
+    if call.out_tool_names:
+        return False
+    if call.output_fp:
+        return True
+    reasons = call.finish_reasons
+    if not reasons:
+        return False
+    for reason in reasons:
+        if reason in _TOOL_FINISHES:
+            return False
+    for turn in history:
+        for reason in turn.call.finish_reasons:
+            if reason in _TOOL_FINISHES:
+                return True
+    return False
+
+
+def _weigh_progress(raw: float, values: SignalValues, step: Step, outcome: Outcome, flag: int, tuning: _Tuning) -> float:
+    """The raw confidence after progress evidence (applied after the seven signals, which stay as specified):
+    repeats that made progress and polling keep ``discount`` of it; calls that repeat without progress get at least
+    the floor of their evidence; what a call whose only evidence is structure (no content, no matched error) adds
+    beside the rates stays below warn."""
+    if outcome.polling or outcome.progress:
+        return raw * tuning.discount
+    level = outcome.level
+    if not outcome.confirmed and level >= FUZZY:
+        return raw  # a restarted run's first steps again: not yet a repeat of the run
+    if level == EXACT:
+        return raw if raw > tuning.exact_floor else tuning.exact_floor
+    if level == FUZZY:
+        return raw if raw > tuning.fuzzy_floor else tuning.fuzzy_floor
+    if (level <= STRUCTURE or (level == SIZES and flag < SIZES)) and not step.known and values[_ERROR] == 0.0:
+        # structure stays below warn (sizes alone count once they have raised the warning, three in a row); the rates
+        # (token and cost velocity) are evidence of their own, beside it
+        rate = tuning.w_token_velocity * values[_TOKEN_VELOCITY] + tuning.w_cost_velocity * values[_COST_VELOCITY]
+        if raw - rate > tuning.structure_cap:
+            return tuning.structure_cap + rate
+    return raw
+
+
+def _call_evidence(level: int, step: Step, values: SignalValues, dominant: str) -> str:
+    """What one call's score rests on: its progress evidence; below sizes, the content the signals compared (fuzzy),
+    else the rates, else structure; none when nothing repeated."""
+    if level >= SIZES:
+        return EVIDENCE_NAMES[level]
+    if values is NO_SIGNALS:  # (the engine's one record of no evidence at all)
+        return EVIDENCE_NONE
+    if step.known and (values[0] or values[1] or values[2]):  # content similarity, tool repetition, stagnation
+        return EVIDENCE_FUZZY
+    if dominant in _RATE_SIGNALS or values[_TOKEN_VELOCITY] or values[_COST_VELOCITY]:
+        return EVIDENCE_RATE
+    return EVIDENCE_STRUCTURE if level == STRUCTURE or values[_ERROR] == 0.0 else EVIDENCE_EXACT
+
+
+def _scope_evidence(st: ScopeState, call_evidence: str) -> str:
+    """What the scope's escalation rests on now: the strongest evidence of its current run of wasted calls (sizes
+    and better), else its latest call's; an escalated scope whose loop broke keeps the evidence it escalated on until
+    it steps down."""
+    progress = st.progress
+    if progress.streak and progress.top >= SIZES:
+        return EVIDENCE_NAMES[progress.top]
+    if call_evidence != EVIDENCE_NONE:
+        return call_evidence
+    if st.escalation.level > 0:
+        return st.evidence
+    return EVIDENCE_NONE
 
 
 class Engine:
@@ -338,17 +465,19 @@ class Engine:
             confidence = round_unit(st.ema, 6) if st.ema else 0.0  # as the decision carries it
             rounded = round_unit(confidence, 3) if confidence else 0.0
             dominant, instruction = st.dominant, st.instruction
+            flag, evidence = st.progress.flag, st.evidence
             trip_keys = (tuple([TripKey(t.action, t.mode, t.detector, t.rule, t.expires_ns) for t in trips.values()])
                          if trips else NO_TRIPS)
             if (level == st.from_level and rounded == st.from_confidence and dominant == st.from_dominant
-                    and instruction == st.from_instruction and (trip_keys is st.from_trips or trip_keys == st.from_trips)):
+                    and instruction == st.from_instruction and flag == st.from_flag and evidence == st.from_evidence
+                    and (trip_keys is st.from_trips or trip_keys == st.from_trips)):
                 continue
             st.from_level, st.from_confidence, st.from_dominant = level, rounded, dominant
-            st.from_instruction, st.from_trips = instruction, trip_keys
+            st.from_instruction, st.from_trips, st.from_flag, st.from_evidence = instruction, trip_keys, flag, evidence
             d = self.decision_for(st, confidence, now_us)
             # rounded is round(d.confidence, 3): every decision of a scope carries round(ema, 6)
             key = DecisionKey(d.action, d.level, rounded, d.dominant_signal, d.detector, d.rule_name, d.instruction,
-                              d.expires_at_us)
+                              d.expires_at_us, d.evidence)
             if key != st.published:
                 st.published = key
                 changed.append(d)
@@ -379,15 +508,23 @@ class Engine:
         view = turn_view(turn)
         cfg, tuning = self._tuning_for(call.virtual_key)
         session = self.state(SCOPE_SESSION, session_id, out)
+        history = trace.history
+        previous = history[-1].call if history else None
+        step = make_step(turn, previous) if tuning.progress else None
+        final = _final_answer(call, history)
 
         shared = None
         scopes = [session, trace]  # a list: compiled, iterating a tuple display goes through the iterator protocol
+        outcome: Outcome | None = None
         for st in scopes:
             st.session_id = session_id
             st.virtual_key = call.virtual_key or st.virtual_key
             st.feature = call.feature or st.feature
             st.last_seen_us = now_us
-            shared = self._score(st, turn, view, cfg, tuning, out, shared)
+            # the trace of a single-trace session holds the session's very steps: it takes the session's outcome
+            if step is not None and (outcome is None or not st.progress.follow(session.progress, step, outcome)):
+                outcome = st.progress.observe(step, tuning.poll_wait_ns)
+            shared = self._score(st, turn, view, cfg, tuning, out, shared, step, outcome, final)
         # only now: the trace's window was compared with the session's as it was before this turn
         for st in scopes:
             window = st.window
@@ -396,10 +533,25 @@ class Engine:
             st.history.append(turn)
 
         trace.request_fps.append(call.request_fp)
-        trace.failure.advance(view.tools, view.error_fps if view.is_error else _NO_ERRORS)
+        # the failure loop, result- and backoff-aware: the same tool call counts only while it brings back the same
+        # (known or, content capture off, the same amount), and a retry after a real wait is not part of a streak
+        tools, errors = view.tools, view.error_fps if view.is_error else _NO_ERRORS
+        if outcome is not None and step is not None:
+            if outcome.polling:
+                tools, errors = _NO_ERRORS, _NO_ERRORS
+            elif outcome.period != 1 or not (outcome.level >= FUZZY or (outcome.level == SIZES and step.known)):
+                tools = _NO_ERRORS  # sizes alone (no content at all) never block
+        trace.failure.advance(tools, errors)
         for rule in self._rule_plan():
             if rule.enabled:
-                self._evaluate_rule(rule, trace, turn, out)
+                if rule.no_progress:
+                    for st in scopes:
+                        self._evaluate_no_progress(rule, st, turn, out)
+                else:
+                    self._evaluate_rule(rule, trace, turn, out)
+        if tuning.early_warning:
+            for st in scopes:
+                self._early_warning(st, turn, out)
         out.events.extend(self.budgets.account(ts_ns=call.ts_ns, cost_usd=turn.cost_usd, session_id=session_id,
                                                virtual_key=call.virtual_key, feature=call.feature,
                                                trace_id=call.trace_id, span_id=call.span_id))
@@ -461,7 +613,8 @@ class Engine:
                 or (SCOPE_TRACE, call.trace_id) in self.states)
 
     def _score(self, st: ScopeState, turn: Turn, view: TurnView, cfg: LoopDetectionConfig, tuning: _Tuning,
-               out: CycleOutput, shared: ScopeScore | None = None) -> ScopeScore:
+               out: CycleOutput, shared: ScopeScore | None = None, step: Step | None = None,
+               outcome: Outcome | None = None, final: bool = False) -> ScopeScore:
         """Score one turn in one scope (the caller then adds it to the scope's history and window). ``shared``
         is the previous scope's result: when this scope's window holds the same turns (a session with a single
         trace), the signals, the raw confidence and the dominant signal are equal, and are reused rather than
@@ -475,16 +628,29 @@ class Engine:
             scored = shared
         else:
             values, _ = window.score(view, tuning.token_threshold, tuning.cost_threshold)
+            if final and values.tool_call_repetition:
+                # a final text answer after a run of tool calls repeats no tool call: the tools attributed to it ran
+                # for the call before
+                values = values._replace(tool_call_repetition=0.0)
             if values == NO_SIGNALS:  # no evidence at all (most calls): one shared, never mutated, dict
                 scored = ScopeScore(window, NO_SIGNALS, 0.0, DETECTOR_NONE, _ZERO_NAMED)
             else:
                 raw, dominant = confidence_and_dominant(values, tuning.weights)
                 named = {_SIGNAL_NAMES[i]: values[i] for i in range(len(values))}
                 scored = ScopeScore(window, values, raw, dominant, named)
-        st.ema = confidence = ema(st.ema, scored.raw, tuning.alpha)
+        raw = scored.raw
+        dominant = scored.dominant
+        evidence = EVIDENCE_NONE
+        if outcome is not None and step is not None:
+            raw = _weigh_progress(raw, scored.values, step, outcome, st.progress.flag, tuning)
+            if raw > scored.raw and dominant == DETECTOR_NONE:
+                dominant = _STEP_SIGNAL[step.kind]
+            evidence = _call_evidence(outcome.level, step, scored.values, dominant)
+            st.evidence = _scope_evidence(st, evidence)
+        st.ema = confidence = ema(st.ema, raw, tuning.alpha)
         if confidence > st.peak:
             st.peak = confidence
-        st.dominant = dominant = scored.dominant
+        st.dominant = dominant
         st.signals = scored.named
         escalation = st.escalation
         transition = escalation.advance(confidence, tuning.thresholds, tuning.counts, tuning.step_down_after)
@@ -497,8 +663,8 @@ class Engine:
         if call.ts_ns > st.last_ns:
             st.last_ns = call.ts_ns
         out.scores.append(call.ts_ns, st.scope, st.scope_id, st.session_id, call.trace_id, call.span_id,
-                          call.virtual_key, call.feature, scored.values, scored.raw, confidence, LEVELS[escalation.level],
-                          dominant, tokens, turn.cost_usd)
+                          call.virtual_key, call.feature, scored.values, raw, confidence, LEVELS[escalation.level],
+                          dominant, tokens, turn.cost_usd, evidence)
         if transition is None:
             return scored
         if transition.to_level == LEVEL_INJECT and transition.up:
@@ -506,6 +672,7 @@ class Engine:
         out.events.append(self._event(
             st, turn, kind=EVENT_ESCALATION, detector=DETECTOR_CONFIDENCE, action=LEVEL_ACTION[transition.to_level],
             from_level=transition.from_level, to_level=transition.to_level, consecutive=transition.consecutive,
+            evidence=st.evidence,
         ))
         return scored
 
@@ -563,36 +730,76 @@ class Engine:
         else:  # pragma: no cover - config validation forbids it
             return
 
+        self._set_trip(rule, target, tripped, turn, out, detail, expires_ns)
+
+    def _set_trip(self, rule: PlannedRule, target: ScopeState, tripped: bool, turn: Turn, out: CycleOutput,
+                  detail: str = "", expires_ns: int = 0, evidence: str = "") -> None:
+        """Record that ``rule`` is (still) tripped on ``target``, or clear it (unless it is sticky), with its events.
+        The target is marked dirty already: a trace or session by process_call, a key by state()."""
         current = target.trips.get(rule.name)
         if not tripped and current is None:
-            return  # the usual case: nothing tripped, nothing to clear (the target is already marked dirty)
+            return  # the usual case: nothing tripped, nothing to clear
         if tripped and current is None:
             target.trips[rule.name] = RuleTrip(rule.name, rule.detector, rule.action, rule.mode, turn.ts_ns, detail,
-                                               expires_ns)
+                                               expires_ns, evidence)
             out.events.append(self._event(
                 target, turn, kind=EVENT_RULE, detector=rule.detector, action=rule.action, mode=rule.mode,
                 rule_name=rule.name, from_level=target.level, to_level=target.level, message=detail,
+                evidence=evidence or EVIDENCE_NONE,
             ))
         elif tripped and current is not None:
             current.expires_ns = expires_ns
+            if evidence:
+                current.evidence = evidence
         elif not tripped and current is not None and not rule.sticky:
             del target.trips[rule.name]
             out.events.append(self._event(
                 target, turn, kind=EVENT_RULE_CLEAR, detector=rule.detector, action=ACTION_ALLOW, mode=rule.mode,
                 rule_name=rule.name, from_level=target.level, to_level=target.level, message="condition cleared",
+                evidence=current.evidence or EVIDENCE_NONE,
             ))
-        # the target is marked dirty already: the trace by process_call, a key by state()
+
+    def _evaluate_no_progress(self, rule: PlannedRule, st: ScopeState, turn: Turn, out: CycleOutput) -> None:
+        """The no_progress rule on one scope (trace or session): tripped while the scope's current run of wasted
+        calls holds ``wasted_calls`` with at least the rule's evidence; it clears with the first call that makes
+        progress."""
+        progress = st.progress
+        wasted = progress.wasted(rule.min_level)
+        tripped = wasted >= rule.wasted_calls
+        if not tripped and rule.name not in st.trips:
+            return
+        evidence = EVIDENCE_NAMES[progress.top] if tripped else ""
+        detail = f"{wasted} calls in a row without progress ({evidence} evidence)" if tripped else ""
+        self._set_trip(rule, st, tripped, turn, out, detail, 0, evidence)
+
+    def _early_warning(self, st: ScopeState, turn: Turn, out: CycleOutput) -> None:
+        """The early warning's events (raised, lifted); its decision is made by :meth:`decision_for`."""
+        flag = st.progress.flag
+        raised = st.from_flag_event
+        if flag == raised:
+            return
+        st.from_flag_event = flag
+        if flag and not raised:
+            out.events.append(self._event(
+                st, turn, kind=EVENT_PROGRESS, detector=DETECTOR_NO_PROGRESS, action=ACTION_WARN, from_level=st.level,
+                to_level=st.level, message=f"repeating without progress ({EVIDENCE_NAMES[flag]} evidence)",
+                evidence=EVIDENCE_NAMES[flag]))
+        elif not flag:
+            out.events.append(self._event(
+                st, turn, kind=EVENT_PROGRESS, detector=DETECTOR_NO_PROGRESS, action=ACTION_ALLOW,
+                from_level=st.level, to_level=st.level, message="progress resumed",
+                evidence=EVIDENCE_NAMES[raised]))
 
     def _event(self, st: ScopeState, turn: Turn, *, kind: str, detector: str, action: str, from_level: str,
                to_level: str, mode: str = MODE_ENFORCE, rule_name: str = "", consecutive: int = 0,
-               message: str = "") -> dict[str, Any]:
+               message: str = "", evidence: str = EVIDENCE_NONE) -> dict[str, Any]:
         call = turn.call
         return event_row(
             ts_ns=call.ts_ns, kind=kind, scope=st.scope, scope_id=st.scope_id, session_id=st.session_id,
             trace_id=call.trace_id, span_id=call.span_id, virtual_key=call.virtual_key, feature=call.feature,
             detector=detector, rule_name=rule_name, action=action, mode=mode, from_level=from_level,
             to_level=to_level, confidence=st.confidence, signals=st.signals, dominant_signal=st.dominant,
-            consecutive=consecutive, message=message,
+            consecutive=consecutive, message=message, evidence=evidence,
         )
 
     # -- decisions -------------------------------------------------------------------------------
@@ -603,13 +810,18 @@ class Engine:
         action = LEVEL_ACTION[st.level]
         if confidence < 0.0:
             confidence = round_unit(st.confidence, 6)
+        detector = DETECTOR_CONFIDENCE if action != ACTION_ALLOW else DETECTOR_NONE
+        evidence = st.evidence if action != ACTION_ALLOW else EVIDENCE_NONE
+        flag = st.progress.flag
+        if flag and action == ACTION_ALLOW and self._tuning_for(st.virtual_key)[1].early_warning:
+            # the early warning: repeating without progress on exact (fuzzy, sizes) evidence, whatever the EMA
+            action, detector, evidence = ACTION_WARN, DETECTOR_NO_PROGRESS, EVIDENCE_NAMES[flag]
         base = Decision(
             scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action=action, level=st.level,
-            confidence=confidence, dominant_signal=st.dominant,
-            detector=DETECTOR_CONFIDENCE if action != ACTION_ALLOW else DETECTOR_NONE,
+            confidence=confidence, dominant_signal=st.dominant, detector=detector,
             reason=REASON_LOOP if action == ACTION_BLOCK else "",
             delay_seconds=float(self.cfg_for(st.virtual_key).throttle_delay_seconds) if action == ACTION_THROTTLE else 0.0,
-            instruction=st.instruction if action == ACTION_INJECT else "", updated_us=now_us,
+            instruction=st.instruction if action == ACTION_INJECT else "", updated_us=now_us, evidence=evidence,
         )
         if not st.trips:
             return base
@@ -624,6 +836,7 @@ class Engine:
                 confidence=confidence, dominant_signal=st.dominant, detector=trip.detector,
                 reason=trip.detector, rule_name=trip.rule,
                 expires_at_us=trip.expires_ns // 1000 if trip.expires_ns else 0, updated_us=now_us,
+                evidence=trip.evidence or (st.evidence if trip.detector == DETECTOR_FAILURE_LOOP else EVIDENCE_NONE),
             ))
         best = strongest(candidates)
         assert best is not None

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from detector.core.models import ns_to_ch
 from detector.settings.vocabulary import (
+    EVIDENCE_NONE,
     LEVEL_NONE,
     MODE_ENFORCE,
     SCOPE_FEATURE,
@@ -29,7 +30,7 @@ def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, 
               session_id: str = "", trace_id: str = "", span_id: str = "", virtual_key: str = "", feature: str = "",
               rule_name: str = "", mode: str = MODE_ENFORCE, from_level: str = LEVEL_NONE, to_level: str = LEVEL_NONE,
               confidence: float = 0.0, signals: dict[str, float] | None = None, dominant_signal: str = "none",
-              consecutive: int = 0, message: str = "") -> dict[str, Any]:
+              consecutive: int = 0, message: str = "", evidence: str = EVIDENCE_NONE) -> dict[str, Any]:
     """One event row; ids of the scope's own kind default to the scope id (a session event names its
     session, a key event its key, a feature event its feature)."""
     named = _NO_SIGNALS if signals is None else signals
@@ -54,4 +55,5 @@ def event_row(*, ts_ns: int, kind: str, scope: str, scope_id: str, action: str, 
         "dominant_signal": dominant_signal,
         "consecutive": consecutive,
         "message": message,
+        "evidence": evidence,
     }

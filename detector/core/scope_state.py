@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from detector.core.escalation import Escalation
 from detector.core.models import Call, Turn, ns_to_ch
+from detector.core.progress import Progress
 from detector.core.rules import FailureStreak, VelocityState
 from detector.core.window import SignalWindow
 
@@ -43,7 +44,7 @@ def call_to_compact(call: Call) -> dict[str, Any]:
 
 def call_from_compact(data: dict[str, Any]) -> Call:
     values = {"trace_id": "", "span_id": "", "session_id": "", **data}
-    for name in ("finish_reasons", "out_tool_names", "out_tool_fps"):
+    for name in ("finish_reasons", "out_tool_names", "out_tool_fps", "out_tool_arg_simhashes"):
         if name in values:
             values[name] = tuple(values[name])
     return Call(**values)
@@ -72,6 +73,7 @@ class RuleTrip:
     since_ns: int
     detail: str = ""
     expires_ns: int = 0
+    evidence: str = ""  # what the trip rests on (no_progress: exact or fuzzy; "" for the other rules)
 
 
 @dataclass(slots=True)
@@ -102,6 +104,8 @@ class ScopeState:
     instruction: str = ""
     pending_tools: list[Call] = field(default_factory=list)
     published: tuple[Any, ...] | None = None  # the last decision handed out (not persisted)
+    progress: Progress = field(default_factory=Progress)  # progress evidence: the last steps, the early warning
+    evidence: str = "none"  # what the scope's current escalation rests on (detector.core.progress)
     # What the last decision came from, as the decision check reads it (not persisted): level rank (-1: none
     # yet), confidence to 3 places, dominant signal, break instruction, rule trips. Fields, not one tuple: compiled,
     # comparing them is a few machine instructions, far less than building and comparing a tuple for every scope.
@@ -110,6 +114,9 @@ class ScopeState:
     from_dominant: str = field(default="", compare=False)
     from_instruction: str = field(default="", compare=False)
     from_trips: tuple[Any, ...] = field(default=(), compare=False)
+    from_flag: int = field(default=0, compare=False)  # the early warning's evidence, as last published
+    from_evidence: str = field(default="", compare=False)
+    from_flag_event: int = field(default=0, compare=False)  # the early warning as its last event announced it
     window: SignalWindow | None = field(default=None, repr=False, compare=False)  # the history as the signals read it
     marked: int = field(default=0, repr=False, compare=False)  # the CycleOutput.mark of the last batch it was in
 
@@ -122,7 +129,8 @@ class ScopeState:
                  first_ns: int = 0, last_ns: int = 0, last_seen_us: int = 0, failure: FailureStreak | None = None,
                  trips: dict[str, RuleTrip] | None = None, velocity: dict[str, VelocityState] | None = None,
                  instruction: str = "", pending_tools: list[Call] | None = None,
-                 published: tuple[Any, ...] | None = None, window: SignalWindow | None = None) -> None:
+                 published: tuple[Any, ...] | None = None, progress: Progress | None = None, evidence: str = "none",
+                 window: SignalWindow | None = None) -> None:
         self.scope = scope
         self.scope_id = scope_id
         self.session_id = session_id
@@ -147,11 +155,16 @@ class ScopeState:
         self.instruction = instruction
         self.pending_tools = [] if pending_tools is None else pending_tools
         self.published = published
+        self.progress = Progress() if progress is None else progress
+        self.evidence = evidence
         self.from_level = -1
         self.from_confidence = 0.0
         self.from_dominant = ""
         self.from_instruction = ""
         self.from_trips = NO_TRIPS
+        self.from_flag = 0
+        self.from_evidence = ""
+        self.from_flag_event = progress.flag if progress is not None else 0
         self.window = window
         self.marked = 0
 
@@ -178,6 +191,8 @@ class ScopeState:
             "instruction": self.instruction,
             "pending_tools": [call_to_compact(c) for c in self.pending_tools],
             "last_seen_us": self.last_seen_us,
+            "progress": self.progress.to_json(),
+            "evidence": self.evidence,
         }
 
     @classmethod
@@ -211,6 +226,10 @@ class ScopeState:
         state.instruction = data["instruction"]
         state.pending_tools = [call_from_compact(c) for c in data["pending_tools"]]
         state.last_seen_us = int(data.get("last_seen_us", 0))
+        if "progress" in data:  # states checkpointed before progress evidence have none: they start afresh
+            state.progress = Progress.from_json(data["progress"])
+            state.from_flag_event = state.progress.flag
+        state.evidence = str(data.get("evidence", "none"))
         return state
 
     def state_json(self) -> str:

@@ -35,6 +35,7 @@ class ScoreRow(NamedTuple):
     dominant_signal: str
     tokens: int
     cost_usd: float
+    evidence: str = "none"  # what the call's score rests on (detector.core.progress)
 
 
 class ScoreColumns:
@@ -42,7 +43,8 @@ class ScoreColumns:
     costs less than building, transposing and freeing row tuples; the signal records stay one per row)."""
 
     __slots__ = ("ts_ns", "scope", "scope_id", "session_id", "trace_id", "span_id", "virtual_key", "feature",
-                 "signals", "raw_confidence", "confidence", "level", "dominant_signal", "tokens", "cost_usd")
+                 "signals", "raw_confidence", "confidence", "level", "dominant_signal", "tokens", "cost_usd",
+                 "evidence")
 
     def __init__(self) -> None:
         self.ts_ns: list[int] = []
@@ -60,10 +62,11 @@ class ScoreColumns:
         self.dominant_signal: list[str] = []
         self.tokens: list[int] = []
         self.cost_usd: list[float] = []
+        self.evidence: list[str] = []
 
     def append(self, ts_ns: int, scope: str, scope_id: str, session_id: str, trace_id: str, span_id: str,
                virtual_key: str, feature: str, signals: SignalValues, raw_confidence: float, confidence: float,
-               level: str, dominant_signal: str, tokens: int, cost_usd: float) -> None:
+               level: str, dominant_signal: str, tokens: int, cost_usd: float, evidence: str = "none") -> None:
         """Add one row, its fields in :class:`ScoreRow` order (spelled out: compiled, a direct call)."""
         self.ts_ns.append(ts_ns)
         self.scope.append(scope)
@@ -80,6 +83,7 @@ class ScoreColumns:
         self.dominant_signal.append(dominant_signal)
         self.tokens.append(tokens)
         self.cost_usd.append(cost_usd)
+        self.evidence.append(evidence)
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -88,7 +92,7 @@ class ScoreColumns:
         return ScoreRow(self.ts_ns[i], self.scope[i], self.scope_id[i], self.session_id[i], self.trace_id[i],
                         self.span_id[i], self.virtual_key[i], self.feature[i], self.signals[i],
                         self.raw_confidence[i], self.confidence[i], self.level[i], self.dominant_signal[i],
-                        self.tokens[i], self.cost_usd[i])
+                        self.tokens[i], self.cost_usd[i], self.evidence[i])
 
     def rows(self) -> list[ScoreRow]:
         """The rows one by one (tests, and consumers that want a row at a time)."""

@@ -71,7 +71,7 @@ WHERE scope = {scope:String} AND scope_id IN {ids:Array(String)} AND deleted = 0
 
 SELECT_DECISIONS = """
 SELECT scope, scope_id, action, level, confidence, dominant_signal, detector, reason, rule_name, delay_seconds,
-       instruction, toUnixTimestamp64Micro(expires_at) AS expires_us
+       instruction, toUnixTimestamp64Micro(expires_at) AS expires_us, evidence
 FROM otel.loop_decisions FINAL
 WHERE action != 'allow' OR level != 'none'
 """

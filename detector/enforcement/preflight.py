@@ -38,6 +38,7 @@ from detector.settings.vocabulary import (
     ACTION_WARN,
     DETECTOR_EXACT_PROMPT_REPEAT,
     DETECTOR_FAILURE_LOOP,
+    EVIDENCE_EXACT,
     MODE_ENFORCE,
     RULE_BLOCK,
     SCOPE_SESSION,
@@ -174,6 +175,7 @@ class PendingWindows:
                 level=base.level if base else "none", confidence=base.confidence if base else 0.0,
                 dominant_signal=base.dominant_signal if base else "none", detector=rule.detector,
                 reason=rule.detector if blocking else "", rule_name=rule.name,
+                evidence=EVIDENCE_EXACT,  # the pending call's own fingerprints repeat
             ))
         return out
 

@@ -38,6 +38,10 @@ __all__ = [
     "gen_monologue", "gen_pagination", "gen_parallel_burst", "gen_polling_backoff", "gen_regenerated_text",
     "gen_runaway_cost", "gen_same_greeting", "gen_transient_error", "generate_corpus", "generate_scenario",
     "read_corpus", "validate_scenario", "write_corpus",
+    "GO_ON", "PLANS", "RUNBOOK", "SEARCH_TOPICS", "STRUCTURE_ONLY_WITHOUT_CONTENT", "gen_ci_poll_fixed",
+    "gen_flaky_backoff", "gen_fresh_id_error", "gen_go_on_progress", "gen_handoff_bounce", "gen_handoff_resolved",
+    "gen_page_scroll", "gen_paged_read", "gen_refined_search", "gen_replan_go_on", "gen_restart_loop",
+    "gen_restart_recovers", "gen_reworded_search", "gen_shifted_reread",
 ]
 
 DEFAULT_SEED = 20240611
@@ -74,6 +78,7 @@ class CallSpec:
     duration_s: float = 1.0
     gap_s: float = 0.5  # idle time between the end of the previous step and this call
     session: int = 0  # which conversation of the scenario (a new trace and session id each)
+    run: int = 0  # which agent run of the conversation (a new trace, the same session: a restarted run)
     cost_usd: float | None = None  # gen_ai.usage.cost, as OpenLIT-style instrumentations report it
     max_tokens: int | None = None
     restart: bool = False  # the conversation history is reset before this call (a stateless request)
@@ -122,6 +127,12 @@ LOOP_FAMILIES = (
     "runaway_cost",
     "monologue",
     "empty_responses",
+    "reworded_search",
+    "shifted_reread",
+    "handoff_bounce",
+    "replan_go_on",
+    "restart_loop",
+    "fresh_id_error",
 )
 LEGIT_FAMILIES = (
     "batch_template",
@@ -132,8 +143,20 @@ LEGIT_FAMILIES = (
     "long_productive",
     "parallel_burst",
     "edit_test_cycle",
+    "refined_search",
+    "paged_read",
+    "handoff_resolved",
+    "go_on_progress",
+    "restart_recovers",
+    "flaky_backoff",
+    "ci_poll_fixed",
+    "page_scroll",
 )
 FAMILIES = LOOP_FAMILIES + LEGIT_FAMILIES
+# Loop families whose runs without captured content carry nothing but structure: the request varies (a reworded
+# query, a reworded reason, a restated plan) and so does every size; nothing tells them from honest work but the
+# content, which is not there (docs/detection-quality.md reports them apart).
+STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({"reworded_search", "handoff_bounce", "replan_go_on"})
 
 FAMILY_DESCRIPTIONS = {
     "exact_tool_repeat": "the same tool call with the same arguments, again and again",
@@ -153,6 +176,20 @@ FAMILY_DESCRIPTIONS = {
     "long_productive": "a long run of varied, productive steps",
     "parallel_burst": "bursts of parallel tool calls (same tool, different arguments)",
     "edit_test_cycle": "edit, run the tests, edit, run the tests: the edits and the test output change",
+    "reworded_search": "a search reworded again and again, returning the same nothing",
+    "shifted_reread": "the same log re-read at shifting offsets, ~9k tokens a read, every window the same lines",
+    "handoff_bounce": "two agents handing the task back and forth with reworded reasons",
+    "replan_go_on": "no tools: the same plan restated while the user says 'go on'",
+    "restart_loop": "a run restarted again and again in new traces of one session, failing the same way",
+    "fresh_id_error": "the same call failing the same way, a fresh request id and time in each error",
+    "refined_search": "an empty search or two, then a refined one finds the answer",
+    "paged_read": "a large log read window after window, each new",
+    "handoff_resolved": "a hand-off and a hand-back after progress (the crash confirmed), then the refund",
+    "go_on_progress": "no tools: after each 'go on', the next step of a runbook",
+    "restart_recovers": "a run failing on a transient error, restarted once, succeeding",
+    "flaky_backoff": "a flaky API retried with growing backoff, then it works and the run goes on",
+    "ci_poll_fixed": "a CI run polled at a fixed interval, the same answer until it succeeds",
+    "page_scroll": "a page scrolled viewport after viewport: the same call, pages of about the same size",
 }
 
 # ----------------------------------------------------------------------------------------- text pools
@@ -253,7 +290,7 @@ class RunBuilder:
              user_text: str | None = None, user_tokens: int | None = None, error: str | None = None,
              error_message: str = "", gap_s: float | None = None, session: int = 0, cost_usd: float | None = None,
              max_tokens: int | None = None, restart: bool = False, model: str | None = None,
-             keep_output: bool = True) -> CallSpec:
+             keep_output: bool = True, run: int = 0) -> CallSpec:
         rng = self.rng
         tools = list(tools)
         if restart:
@@ -271,7 +308,7 @@ class RunBuilder:
             input_tokens=self.context, output_tokens=output_tokens, model=model or self.model, error=error,
             error_message=error_message, duration_s=round(duration, 3),
             gap_s=round(gap_s if gap_s is not None else rng.uniform(0.05, 0.6), 3), session=session,
-            cost_usd=cost_usd, max_tokens=max_tokens, restart=restart, keep_output=keep_output,
+            cost_usd=cost_usd, max_tokens=max_tokens, restart=restart, keep_output=keep_output, run=run,
         )
         self.calls.append(spec)
         self.pending_user, self.pending_user_tokens = "", 0
@@ -284,15 +321,15 @@ class RunBuilder:
     def productive(self, n: int, *, first_k: int = 0) -> None:
         for k in range(n):
             tool = _productive_tool(self.rng, first_k + k)
-            self.call(output_text=_sentence(self.rng, first_k + k), tools=[tool],
-                      gap_s=self.rng.uniform(0.1, 1.5) + sum(t.duration_s for t in self._last_tools()))
+            self.call(output_text=_sentence(self.rng, first_k + k), tools=[tool], gap_s=self.rng.uniform(0.1, 1.5))
 
     def _last_tools(self) -> list[ToolSpec]:
         return self.calls[-1].tools if self.calls else []
 
     def tool_gap(self, extra: tuple[float, float] = (0.1, 1.2)) -> float:
-        """Gap before the next call: the previous step's tools ran, then the agent thought for a moment."""
-        return sum(t.duration_s for t in self._last_tools()) + self.rng.uniform(*extra)
+        """Idle time before the next call, after the previous step's tools ended (the replay starts counting the gap
+        there: ``CallSpec.gap_s``), so a tool's own duration is not counted twice."""
+        return self.rng.uniform(*extra)
 
 
 def _tokens(text: str) -> int:
@@ -538,6 +575,190 @@ def gen_empty_responses(rng: random.Random, v: int) -> tuple[list[CallSpec], int
     return b.calls, onset, "empty responses, re-prompted" if v % 2 == 0 else "empty responses, resent as is"
 
 
+# ------------------------------------------------------------------------- variation without progress
+#
+# The loops of issue 15's workloads: the request varies a little while nothing new comes back. Each has an
+# honest look-alike below (``*_refined``, ``paged_read``, ``handoff_resolved``, ``go_on_progress``,
+# ``restart_recovers``, ``flaky_backoff``).
+
+SEARCH_TOPICS = [
+    ("rotate the API signing key for the EU tenant without downtime",
+     ["rotate API signing key EU tenant without downtime", "how to rotate signing key zero downtime",
+      "EU tenant key rotation procedure", "API key rotation no downtime Europe", "signing key rollover eu tenant",
+      "replace API signing secret without outage", "key rotation runbook EU", "change tenant signing key safely",
+      "rotate credentials signing EU region", "api signing key rotation steps", "rolling signing key update"]),
+    ("move a customer's data to the Frankfurt region",
+     ["migrate customer data to Frankfurt region", "data residency move eu-central", "change tenant region Frankfurt",
+      "relocate account data Germany region", "region migration procedure eu-central-1", "move tenant to Frankfurt",
+      "customer data region transfer", "switch data region to Germany", "eu-central data migration steps",
+      "tenant relocation Frankfurt", "data move between regions"]),
+    ("set up SSO with Okta for a workspace",
+     ["configure Okta SSO workspace", "Okta single sign-on setup", "SAML Okta integration steps",
+      "enable SSO Okta tenant", "workspace SSO configuration Okta", "Okta SAML app settings",
+      "set up single sign on", "Okta login integration guide", "SSO provider Okta configure",
+      "identity provider Okta workspace", "Okta SAML metadata upload"]),
+]
+
+
+def _no_results(rng: random.Random, query: str, v: int) -> str:
+    """A search that found nothing, echoing the query back (with a timing that varies), as search APIs answer."""
+    if v % 2 == 0:
+        return json.dumps({"query": query, "total": 0, "took_ms": rng.randint(5, 40), "results": []})
+    return f"No results found for '{query}' ({rng.randint(5, 40)} ms)."
+
+
+def gen_reworded_search(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    goal, queries = SEARCH_TOPICS[v % len(SEARCH_TOPICS)]
+    b = RunBuilder(rng, task=f"How do I {goal}? Look it up in the knowledge base.")
+    b.productive(rng.randint(1, 3))
+    b.call(output_text="Let me search the knowledge base.", output_tokens=_jitter(rng, 30),
+           tools=[ToolSpec("search_docs", {"query": queries[0]}, _no_results(rng, queries[0], v),
+                           _tokens(queries[0]) + 18, duration_s=rng.uniform(0.2, 0.6))], gap_s=b.tool_gap())
+    onset = len(b.calls)
+    for i in range(1, rng.randint(9, 11)):
+        q = queries[i % len(queries)]
+        text = "No results. Let me try a different wording." if v % 4 < 2 else rng.choice(
+            [f"Nothing for that; trying '{q}'.", "Still nothing, rephrasing the search.", f"Let me search for {q}."])
+        b.call(output_text=text, output_tokens=_jitter(rng, 24 + _tokens(q)),
+               tools=[ToolSpec("search_docs", {"query": q}, _no_results(rng, q, v), _tokens(q) + 18,
+                               duration_s=rng.uniform(0.2, 0.6))], gap_s=b.tool_gap())
+    return b.calls, onset, "a search reworded again and again, the same nothing back"
+
+
+def _log_lines(rng: random.Random, start: int, n: int, base_minute: int) -> str:
+    """``n`` lines of a repetitive log from line ``start``: heartbeats and successful batches, only the times and
+    line numbers change."""
+    kinds = ["DEBUG exporter.pool: worker idle, waiting for next batch (timeout=30s)",
+             "INFO exporter.batch: batch exported, 500 rows, 0 errors",
+             "DEBUG exporter.heartbeat: alive"]
+    lines = []
+    for i in range(start, start + n):
+        minute, second = divmod(base_minute * 60 + i * 3, 60)
+        lines.append(f"{i + 1:>5}  2024-11-02T01:{minute % 60:02d}:{second:02d}Z {kinds[i % 3]}")
+    return "\n".join(lines)
+
+
+def gen_shifted_reread(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    path = f"logs/export-2024-11-{rng.randint(10, 28)}.log"
+    b = RunBuilder(rng, task=f"The nightly export crashed. Find the root cause in {path}.")
+    b.productive(rng.randint(1, 3))
+    window = 60  # lines shown (the result's size in tokens is that of a 400-line read)
+    tokens = rng.randint(8_500, 9_800)
+    b.call(output_text="Let me read the export log.", output_tokens=_jitter(rng, 30),
+           tools=[ToolSpec("read_file", {"path": path, "offset": 0, "limit": 400}, _log_lines(rng, 0, window, 0),
+                           tokens, duration_s=0.1)], gap_s=b.tool_gap())
+    onset = len(b.calls)
+    offsets = [400, 420, 410, 440, 430, 460, 450, 480, 470]
+    for i in range(rng.randint(6, 8)):
+        off = offsets[i % len(offsets)]
+        text = "Only heartbeats and successful batches so far; reading the log around there again." if v % 2 == 0 \
+            else f"Reading lines {off}-{off + 400} again."
+        b.call(output_text=text, output_tokens=_jitter(rng, 34),
+               tools=[ToolSpec("read_file", {"path": path, "offset": off, "limit": 400},
+                               _log_lines(rng, off, window, off // 20), tokens, duration_s=0.1)], gap_s=b.tool_gap())
+    return b.calls, onset, f"{path} re-read at shifting offsets, every window the same heartbeat lines"
+
+
+TO_SPECIALIST = ["This looks like the app crashed during checkout, a technical issue. Transferring you to technical "
+                 "support.", "The duplicate charge seems to come from the crash, so technical support should look "
+                 "first. Handing over.", "Since the charge was caused by an app failure, this belongs with our "
+                 "technical team. Transferring.", "This needs someone who can investigate the crash. Passing you to "
+                 "technical support."]
+TO_BILLING = ["Duplicate charges and refunds are handled by billing, not technical support. Transferring you back.",
+              "Refunding a charge is a billing matter. Let me hand you over to billing.",
+              "I can't issue refunds from technical support; billing handles payment corrections. Transferring.",
+              "This is about money charged twice, which is billing's area. Handing back to billing."]
+
+
+def gen_handoff_bounce(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    order = rng.randint(10_000, 99_999)
+    b = RunBuilder(rng, task=f"I was charged twice for order {order} after the app crashed at checkout. Fix it.")
+    onset = 2  # billing hands over, support hands back; billing hands over again: nothing has changed
+    for i in range(rng.randint(9, 11)):
+        to_support = i % 2 == 0
+        reasons = TO_SPECIALIST if to_support else TO_BILLING
+        text = reasons[(i // 2) % len(reasons)]
+        target = "technical_support" if to_support else "billing"
+        b.call(output_text=text, output_tokens=_jitter(rng, _tokens(text) + 12),
+               tools=[ToolSpec(f"transfer_to_{target}", {}, json.dumps({"assistant": target}), 12, duration_s=0.01)],
+               gap_s=b.tool_gap((0.05, 0.3)))
+    return b.calls, onset, "two agents hand the customer back and forth with reworded reasons"
+
+
+PLANS = [
+    "Here is the plan for the Postgres 12 to 16 migration: 1. provision a 16 replica cluster; 2. set up logical "
+    "replication from 12; 3. validate data and run the test suite against 16; 4. cut over in a short window by "
+    "switching connection strings; 5. keep 12 as a fallback for a week.",
+    "Sure. The migration plan: 1. provision a new Postgres 16 cluster as a replica; 2. configure logical "
+    "replication from 12 to 16; 3. validate the data and run the app's tests on 16; 4. plan a brief cut-over and "
+    "switch the connection strings; 5. keep 12 around as a fallback for a week.",
+    "Of course. To migrate from Postgres 12 to 16: 1. provision the 16 cluster (replica); 2. set up logical "
+    "replication 12 -> 16; 3. validate data, run the test suite on 16; 4. schedule a short cut-over, switch "
+    "connection strings; 5. keep 12 as a fallback for one week.",
+]
+GO_ON = ["go on", "ok, go on", "continue", "go on please", "yes, go on", "ok continue", "please continue"]
+
+
+def gen_replan_go_on(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    b = RunBuilder(rng, system_tokens=rng.randint(300, 900))
+    b.call(output_text=PLANS[0], user_text="Plan the migration of our Postgres 12 cluster to Postgres 16 with minimal "
+           "downtime.", output_tokens=_jitter(rng, _tokens(PLANS[0])), gap_s=rng.uniform(1.0, 5.0))
+    onset = len(b.calls)
+    for i in range(rng.randint(7, 9)):
+        plan = PLANS[(i + 1) % len(PLANS)] if v % 2 == 0 else PLANS[0]
+        b.call(output_text=plan, user_text=GO_ON[i % len(GO_ON)], output_tokens=_jitter(rng, _tokens(plan)),
+               gap_s=rng.uniform(2.0, 8.0))
+    return b.calls, onset, "the same plan restated while the user says 'go on'"
+
+
+def _refund_run(b: RunBuilder, rng: random.Random, run: int, order: str, outcome: str) -> None:
+    """One run of a refund job (a new trace): look the order up, issue the refund, report."""
+    task = f"Process refund request RR-{order} for order {order}."
+    b.call(output_text=f"Looking up order {order}.", user_text=task, restart=True, run=run, output_tokens=_jitter(rng, 30),
+           tools=[ToolSpec("lookup_order", {"order_id": order}, json.dumps({"order_id": order, "total": 129.0,
+                  "payment": {"method": "card", "exp": "10/24"}}), 60, duration_s=0.2)], gap_s=rng.uniform(0.5, 2.0))
+    rid = f"req_{rng.getrandbits(64):016x}"
+    refund = ToolSpec("issue_refund", {"order_id": order, "amount": 129.0}, "", 40, duration_s=0.4)
+    if outcome == "expired":
+        refund.error, refund.error_message = "PaymentError", (f"payment-gateway 402: card_expired: the card on file "
+                                                              f"expired 10/24 (request_id={rid})")
+    elif outcome == "transient":
+        refund.error, refund.error_message = "PaymentError", (f"payment-gateway 503: temporarily unavailable, try "
+                                                              f"again later (request_id={rid})")
+    else:
+        refund.result = json.dumps({"refund_id": f"re_{rng.getrandbits(32):08x}", "status": "succeeded"})
+    b.call(output_text="The refund is approved; issuing 129.00 EUR.", run=run, output_tokens=_jitter(rng, 30),
+           tools=[refund], gap_s=b.tool_gap())
+    report = (f"Refund RR-{order} issued." if outcome == "ok" else
+              f"I could not issue the refund: {refund.error_message.split(' (request_id')[0]}. The job failed.")
+    b.call(output_text=report, run=run, output_tokens=_jitter(rng, _tokens(report)), gap_s=b.tool_gap())
+
+
+def gen_restart_loop(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    order = str(rng.randint(10_000, 99_999))
+    b = RunBuilder(rng, system_tokens=rng.randint(400, 900))
+    for run in range(5):  # the job restarted in a new trace of the same session, failing the same way
+        _refund_run(b, rng, run, order, "expired")
+    return b.calls, 3, "a refund job restarted five times (new traces, one session), the same card_expired each time"
+
+
+def gen_fresh_id_error(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    b = RunBuilder(rng, task=f"Create the November invoice for customer cus_{rng.randint(1000, 9999)} and email it.")
+    b.productive(rng.randint(1, 4))
+    onset = len(b.calls) + 1
+    args = {"customer_id": f"cus_{rng.randint(1000, 9999)}", "amount_cents": 12900, "currency": "EUR"}
+    for i in range(rng.randint(9, 11)):
+        rid = f"req_{rng.getrandbits(80):020x}"
+        at = f"2024-11-04T10:{25 + i // 6:02d}:{(i * 8) % 60:02d}Z"
+        text = "Creating the invoice." if i == 0 else rng.choice(["The billing API failed; retrying.",
+                                                                   "Retrying the invoice creation."])
+        b.call(output_text=text, output_tokens=_jitter(rng, 28), gap_s=b.tool_gap((0.05, 0.5)),
+               tools=[ToolSpec("create_invoice", dict(args), "", 50, error="BadGateway",
+                               error_message=f"502 Bad Gateway from billing-api (request_id={rid}, at={at})",
+                               duration_s=rng.uniform(0.1, 0.4))])
+    return b.calls, onset, "the same call failing with the same 502, a fresh request id and time in each error"
+
+
 # --------------------------------------------------------------------------------- legitimate look-alikes
 
 
@@ -703,6 +924,162 @@ def gen_edit_test_cycle(rng: random.Random, v: int) -> tuple[list[CallSpec], int
     return calls, None, "run the tests, fix one failure, run the tests again"
 
 
+# ------------------------------------------------------------------- honest look-alikes of those loops
+
+
+def gen_refined_search(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    goal, queries = SEARCH_TOPICS[v % len(SEARCH_TOPICS)]
+    b = RunBuilder(rng, task=f"How do I {goal}? Look it up in the knowledge base.")
+    b.productive(rng.randint(1, 3))
+    empty = rng.randint(1, 2)  # one or two searches find nothing, then a better one finds the article
+    for i in range(empty):
+        b.call(output_text="Let me search the knowledge base." if i == 0 else "Nothing; rephrasing.",
+               output_tokens=_jitter(rng, 30), gap_s=b.tool_gap(),
+               tools=[ToolSpec("search_docs", {"query": queries[i]}, _no_results(rng, queries[i], v),
+                               _tokens(queries[i]) + 18, duration_s=0.3)])
+    art = f"KB-{rng.randint(1000, 9999)}"
+    found = json.dumps({"query": queries[-1], "total": 2, "results": [
+        {"id": art, "title": f"How to {goal}", "score": 0.91},
+        {"id": f"KB-{rng.randint(1000, 9999)}", "title": f"{rng.choice(NOUNS).capitalize()} overview", "score": 0.6}]})
+    b.call(output_text="The docs use another term; searching for it.", output_tokens=_jitter(rng, 30),
+           gap_s=b.tool_gap(), tools=[ToolSpec("search_docs", {"query": queries[-1]}, found, 90, duration_s=0.3)])
+    b.call(output_text=f"{art} looks right; reading it.", output_tokens=_jitter(rng, 24), gap_s=b.tool_gap(),
+           tools=[ToolSpec("read_article", {"article_id": art}, " ".join(_sentence(rng, k) for k in range(6)), 600,
+                           duration_s=0.3)])
+    b.productive(rng.randint(1, 3), first_k=40)
+    b.call(output_text=f"Here is how to {goal}: " + _sentence(rng, 9), gap_s=b.tool_gap())
+    return b.calls, None, "an empty search or two, then a refined one finds the article"
+
+
+def gen_paged_read(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    path = f"logs/api-2024-11-{rng.randint(10, 28)}.log"
+    b = RunBuilder(rng, task=f"The orders API started returning 503s. Find the cause in {path}.")
+    b.productive(rng.randint(1, 2))
+    pages = rng.randint(4, 6)
+    for p in range(pages):
+        lines = "\n".join(f"{p * 400 + i + 1:>5}  {rng.choice(['GET', 'POST'])} /orders/{rng.randint(1, 99999)} "
+                          f"{rng.choice([200, 200, 201, 404, 503])} {rng.randint(5, 900)}ms user={rng.randint(1, 9999)}"
+                          for i in range(40))
+        b.call(output_text="Reading the log from the start." if p == 0 else "Nothing conclusive yet; next part.",
+               output_tokens=_jitter(rng, 30), gap_s=b.tool_gap(),
+               tools=[ToolSpec("read_file", {"path": path, "offset": p * 400, "limit": 400}, lines,
+                               rng.randint(8_000, 10_500), duration_s=0.1)])
+    b.call(output_text="Root cause: the orders DB connection pool is exhausted from line 1235 on.", gap_s=b.tool_gap())
+    return b.calls, None, f"{path} read in successive windows, each new"
+
+
+def gen_handoff_resolved(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    order = rng.randint(10_000, 99_999)
+    b = RunBuilder(rng, task=f"I was charged twice for order {order} after the app crashed at checkout. Fix it.")
+    charges = json.dumps({"order_id": order, "charges": [{"id": "ch_1", "amount": 84.9}, {"id": "ch_2", "amount": 84.9}]})
+    b.call(output_text="Let me look at the charges.", output_tokens=_jitter(rng, 24), gap_s=b.tool_gap(),
+           tools=[ToolSpec("lookup_charges", {"order_id": order}, charges, 70, duration_s=0.2)])
+    b.call(output_text="Two identical charges 38 s apart; technical support must confirm the crash. Transferring.",
+           output_tokens=_jitter(rng, 36), gap_s=b.tool_gap(),
+           tools=[ToolSpec("transfer_to_technical_support", {}, json.dumps({"assistant": "technical_support"}), 12,
+                           duration_s=0.01)])
+    b.call(output_text="Checking the crash reports for this order.", output_tokens=_jitter(rng, 24), gap_s=b.tool_gap(),
+           tools=[ToolSpec("get_crash_report", {"order_id": order}, json.dumps({"signal": "SIGABRT", "summary":
+                  "payment confirmation callback fired twice"}), 60, duration_s=0.2)])
+    b.call(output_text="Confirmed: the crash resubmitted the payment. Handing back to billing for the refund.",
+           output_tokens=_jitter(rng, 36), gap_s=b.tool_gap(),
+           tools=[ToolSpec("transfer_to_billing", {}, json.dumps({"assistant": "billing"}), 12, duration_s=0.01)])
+    b.call(output_text="Refunding the second charge.", output_tokens=_jitter(rng, 24), gap_s=b.tool_gap(),
+           tools=[ToolSpec("refund_charge", {"charge_id": "ch_2"}, json.dumps({"status": "succeeded"}), 20,
+                           duration_s=0.3)])
+    b.call(output_text="The duplicate charge is refunded; you will see it in 3-5 days.", gap_s=b.tool_gap())
+    return b.calls, None, "billing hands to technical support, which confirms the crash and hands back; refunded"
+
+
+RUNBOOK = [PLANS[0]] + [
+    f"Step {k}: " + text for k, text in enumerate([
+        "provision Postgres 16 with the same instance class, a parameter group cloned from 12 and wal_level=logical "
+        "on the 12 primary (needs a restart: Sunday 02:00).",
+        "logical replication: CREATE PUBLICATION on 12, dump the schema into 16, CREATE SUBSCRIPTION, watch "
+        "pg_stat_subscription until lag is under a second; sequences are synced at cut-over.",
+        "validation: compare row counts and checksums of the 20 largest tables, run the integration suite against "
+        "16 in staging, compare the plans of the top 50 queries.",
+        "cut-over in a 15-minute window: app read-only, wait for zero lag, sync sequences, switch DATABASE_URL, "
+        "roll the deployments, drop the subscription.",
+        "fallback and cleanup: keep 12 with reverse replication for 7 days, then snapshot and delete it. That "
+        "completes the runbook."], start=1)]
+
+
+def gen_go_on_progress(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    b = RunBuilder(rng, system_tokens=rng.randint(300, 900))
+    b.call(output_text=RUNBOOK[0], user_text="Plan the migration of our Postgres 12 cluster to Postgres 16 with "
+           "minimal downtime.", output_tokens=_jitter(rng, _tokens(RUNBOOK[0])), gap_s=rng.uniform(1.0, 5.0))
+    for i, step in enumerate(RUNBOOK[1:]):
+        b.call(output_text=step, user_text=GO_ON[i % len(GO_ON)], output_tokens=_jitter(rng, _tokens(step)),
+               gap_s=rng.uniform(2.0, 8.0))
+    return b.calls, None, "after each 'go on' the next step of the runbook"
+
+
+def gen_restart_recovers(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    order = str(rng.randint(10_000, 99_999))
+    b = RunBuilder(rng, system_tokens=rng.randint(400, 900))
+    _refund_run(b, rng, 0, order, "transient")  # a transient failure: the job is restarted once and succeeds
+    _refund_run(b, rng, 1, order, "ok")
+    return b.calls, None, "a refund job failing on a transient 503, restarted once in a new trace, succeeding"
+
+
+def gen_flaky_backoff(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    b = RunBuilder(rng, task="Convert our Q4 budget of EUR 250,000 to USD, GBP and CHF at today's rates.")
+    b.productive(rng.randint(0, 2))
+    failures = rng.randint(2, 3)
+    wait = rng.choice([1.0, 2.0])
+    for i in range(failures):
+        rid = f"req_{rng.getrandbits(64):016x}"
+        b.call(output_text="Fetching today's rates." if i == 0 else "Retrying the rates fetch.",
+               output_tokens=_jitter(rng, 24), gap_s=b.tool_gap(),
+               tools=[ToolSpec("fetch_exchange_rates", {"base": "EUR"}, "", 40, error="ServiceUnavailable",
+                               error_message=f"503 Service Unavailable: overloaded (request_id={rid}, "
+                                             f"retry_after={int(wait)}s)", duration_s=0.3)])
+        b.call(output_text="The provider is overloaded; backing off before retrying.", output_tokens=_jitter(rng, 24),
+               gap_s=b.tool_gap(), tools=[ToolSpec("wait", {"seconds": wait}, f"waited {wait:g}s", 8, duration_s=wait)])
+        wait *= 2
+    rates = json.dumps({"base": "EUR", "rates": {"USD": 1.0873, "GBP": 0.8391, "CHF": 0.9402}})
+    b.call(output_text="Retrying the rates fetch.", output_tokens=_jitter(rng, 24), gap_s=b.tool_gap(),
+           tools=[ToolSpec("fetch_exchange_rates", {"base": "EUR"}, rates, 60, duration_s=0.3)])
+    for cur, rate in (("USD", 1.0873), ("GBP", 0.8391), ("CHF", 0.9402)):
+        b.call(output_text=f"Converting to {cur}.", output_tokens=_jitter(rng, 30), gap_s=b.tool_gap(),
+               tools=[ToolSpec("convert_amount", {"amount": 250000.0, "currency": cur, "rate": rate},
+                               f"250000.00 EUR = {250000 * rate:.2f} {cur}", 20, duration_s=0.05)])
+    b.call(output_text="The Q4 budget is USD 271,825, GBP 209,775 and CHF 235,050 at today's rates.", gap_s=b.tool_gap())
+    return b.calls, None, f"a flaky API failing {failures} times with fresh request ids, backed off, then it works"
+
+
+def gen_ci_poll_fixed(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    run_id = str(rng.randint(1000, 9999))
+    b = RunBuilder(rng, task=f"Wait for CI run {run_id} on my PR to finish and tell me whether it passed.")
+    interval = rng.choice([5.0, 10.0, 15.0, 30.0])
+    pending = json.dumps({"id": int(run_id), "status": "in_progress", "conclusion": None, "head_branch": "feature/x"})
+    polls = rng.randint(4, 8)
+    for i in range(polls + 1):
+        done = i == polls
+        result = json.dumps({"id": int(run_id), "status": "completed", "conclusion": "success"}) if done else pending
+        text = "I'll check the CI run now." if i == 0 else "Still in progress; checking again."
+        call = ToolSpec("get_ci_run", {"run_id": run_id}, result, 40, duration_s=0.3 if v % 2 else interval)
+        # the check waits in the tool (a blocking poll), or the agent sleeps between quick checks
+        b.call(output_text=text, output_tokens=_jitter(rng, 20), tools=[call],
+               gap_s=b.tool_gap() + (interval if v % 2 else 0.0))
+    b.call(output_text=f"CI run {run_id} finished: success.", gap_s=b.tool_gap())
+    return b.calls, None, f"a CI run polled every {interval:g} s ({polls} identical answers), until it succeeds"
+
+
+def gen_page_scroll(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    b = RunBuilder(rng, task="Collect the prices of every product in the catalogue page.")
+    b.productive(rng.randint(0, 2))
+    size = rng.randint(380, 420)  # a browser tool returns a viewport of about the same size every time
+    for p in range(rng.randint(8, 12)):
+        items = "; ".join(f"{rng.choice(SYMBOLS).replace('_', ' ')} {rng.uniform(3, 400):.2f} EUR" for _ in range(8))
+        b.call(output_text="Scrolling down." if v % 4 < 2 else "", output_tokens=_jitter(rng, 20, 1),
+               tools=[ToolSpec("scroll_page", {"direction": "down"}, f"viewport {p + 1}: {items}",
+                               size + rng.randint(-12, 12), duration_s=0.4)], gap_s=b.tool_gap())
+    b.call(output_text="I collected 80 prices; here is the table.", gap_s=b.tool_gap())
+    return b.calls, None, "a page scrolled down viewport after viewport (the same call, different content)"
+
+
 GENERATORS: dict[str, Gen] = {
     "exact_tool_repeat": gen_exact_tool_repeat,
     "ab_cycle": gen_ab_cycle,
@@ -721,6 +1098,20 @@ GENERATORS: dict[str, Gen] = {
     "long_productive": gen_long_productive,
     "parallel_burst": gen_parallel_burst,
     "edit_test_cycle": gen_edit_test_cycle,
+    "reworded_search": gen_reworded_search,
+    "shifted_reread": gen_shifted_reread,
+    "handoff_bounce": gen_handoff_bounce,
+    "replan_go_on": gen_replan_go_on,
+    "restart_loop": gen_restart_loop,
+    "fresh_id_error": gen_fresh_id_error,
+    "refined_search": gen_refined_search,
+    "paged_read": gen_paged_read,
+    "handoff_resolved": gen_handoff_resolved,
+    "go_on_progress": gen_go_on_progress,
+    "restart_recovers": gen_restart_recovers,
+    "flaky_backoff": gen_flaky_backoff,
+    "ci_poll_fixed": gen_ci_poll_fixed,
+    "page_scroll": gen_page_scroll,
 }
 
 

@@ -1,27 +1,32 @@
 """``loop-detector eval``: replay a labeled corpus through the real pipeline and measure detection quality.
 
-Every scenario of the corpus (:mod:`detector.evaluation.corpus`) becomes real GenAI spans, emitted with the
-OpenTelemetry SDK and its OTLP/HTTP exporter into a service running in-process (receiver -> chDB ->
-materialized view -> scheduled detector -> decision API). The runs are replayed concurrently, one call
-of every run per round: emit, ``force_flush``, wait until the detector's watermark has passed the flush,
-then read every run's decision with ``GET /v1/decision`` (its session, trace and key), as an agent would
-before its next call. Span times are realistic (each run is anchored so that it ends about now), because
-the velocity signals use span time, not wall time.
+Two corpora: the generated one (:mod:`detector.evaluation.corpus`: every scenario becomes real GenAI spans, emitted
+with the OpenTelemetry SDK and its OTLP/HTTP exporter) and the recorded one (:mod:`detector.evaluation.recorded`:
+sessions as real frameworks' own instrumentation exported them, posted as OTLP/JSON with their timestamps moved to
+now and every gap kept). Either goes into a service running in-process (receiver -> chDB -> materialized view ->
+scheduled detector -> decision API), once per configuration: the defaults and ``preset: protect``. The runs are
+replayed concurrently, one LLM call of every run per round: send, wait until the detector's watermark has passed
+it (and one more cycle), then read every run's decision for its session and trace with ``GET /v1/decision``, as an
+agent would before its next call. Span times are realistic, because the velocity signals and polling use span
+time, not wall time.
 
 The baselines of ``detector/evaluation/baselines`` then read the very rows the pipeline stored, call by call, so every
-system is measured on the same data. Metrics, per family and overall:
+system is measured on the same data. Metrics, per family, overall and per content mode (captured or not):
 
 - recall at warn (a loop run is caught when any action above ``allow`` happens at or after its onset) and
   at block (a ``block`` at or after onset);
-- false-positive rate on legit runs: any action above ``allow``; any ``block``;
-- detection delay in calls from onset to the first warn and to the first block (median and max);
-- early alarms: loop runs flagged during their legitimate prefix (before onset).
+- false flags (any action above ``allow`` in an honest run) and false blocks (any ``block``);
+- wasted calls to the first warn and to the first block, the first wasted call counting as 1 (median, p90, max;
+  ``delay_*`` keep the count from 0);
+- early alarms: loop runs flagged during their legitimate prefix (before onset);
+- issue 15's targets per preset and content mode (:data:`PRESET_TARGETS`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -45,32 +50,27 @@ from detector.settings.config import AppConfig, parse_config
 from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_WARN, LEVEL_NONE
 
 __all__ = [
-    "BLOCKING_RULES_CONFIG", "GroupMetrics", "LOOP_DETECTOR", "LOOP_DETECTOR_BLOCKING", "Progress", "Replay",
+    "GroupMetrics", "LOOP_DETECTOR", "LOOP_DETECTOR_PROTECT",
+    "PRESET_TARGETS", "Progress", "Replay", "check_preset_targets", "replay_recorded", "stored_steps_of_traces",
     "RunScore", "SELECT_CALL_ROWS", "SELECT_CONTENT_HASHES", "System", "TARGET_FP_RATE", "TARGET_MEDIAN_DELAY_WARN",
     "TARGET_RECALL_WARN", "baseline_actions", "check_targets", "emit_call", "eval_service_config",
     "evaluate_systems", "render", "replay", "run_cli", "run_eval", "scenario_duration_ns", "schema_fingerprint",
     "score_run", "stored_steps", "wait_for_watermark",
 ]
 
-LOOP_DETECTOR = "loop-detector"
-LOOP_DETECTOR_BLOCKING = "loop-detector +block rules"
-
-# The second configuration measured by default: the default loop_detection block, with the exact prompt
-# repeat and failure loop rules set to block (the per-trace caps stay notify, as shipped).
-BLOCKING_RULES_CONFIG: dict[str, Any] = {
-    "rules": [
-        {"name": "Loop: Exact prompt repeat", "detector": "exact_prompt_repeat", "action": "block"},
-        {"name": "Loop: Failure loop", "detector": "failure_loop", "action": "block"},
-        {"name": "Loop: Per-trace call cap", "detector": "trace_cap", "action": "notify",
-         "params": {"unit": "calls", "threshold": 25}},
-        {"name": "Loop: Per-trace cost cap", "detector": "trace_cap", "action": "notify",
-         "params": {"unit": "usd", "threshold": 5.0}},
-    ],
-}
+LOOP_DETECTOR = "loop-detector"  # the default configuration (it never blocks)
+LOOP_DETECTOR_PROTECT = "loop-detector (protect)"  # preset: protect
 
 TARGET_RECALL_WARN = 0.95
 TARGET_FP_RATE = 0.02
 TARGET_MEDIAN_DELAY_WARN = 4
+
+# The targets of detection that generalizes (issue 15), per corpus and content mode. Delays count the first wasted
+# call as 1: "flagged by the 2nd wasted call" is a delay of 2.
+PRESET_TARGETS: dict[str, dict[str, float]] = {
+    "default": {"recall_warn": 0.98, "calls_to_warn_median": 2, "fp_rate_warn": 0.02},
+    "protect": {"recall_block": 0.9, "fp_block": 0, "calls_to_block_median": 4},
+}
 
 
 # ============================================================================================ emitting
@@ -210,6 +210,7 @@ class _Run:
     scenario: Scenario
     t_ns: int
     session: int | None = None
+    run: int = 0
     span: Any = None
     ctx: otel_context.Context | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -280,6 +281,8 @@ def replay(scenarios: Sequence[Scenario], config: AppConfig, *, config_name: str
                 call = run.scenario.calls[i]
                 if call.session != run.session:
                     _start_session(run, call, tracer, tag, start_run)
+                elif call.run != run.run:
+                    _start_trace(run, call, tracer, start_run)  # the run restarted: a new trace, the same session
                 start = run.t_ns + int(call.gap_s * 1e9)
                 run.t_ns = emit_call(tracer, call, session_id=run.session_id, start_ns=start,
                                      capture_content=run.scenario.capture_content, history=run.history,
@@ -308,6 +311,13 @@ def _start_session(run: _Run, call: CallSpec, tracer: Tracer, tag: str, start_ru
     run.session = call.session
     run.session_id = f"eval-{tag}-{run.scenario.id}-s{call.session}"
     run.session_ids.append(run.session_id)
+    _start_trace(run, call, tracer, start_run, end=False)
+
+
+def _start_trace(run: _Run, call: CallSpec, tracer: Tracer, start_run: Callable[..., Any], end: bool = True) -> None:
+    if end and run.span is not None:
+        run.span.end(end_time=run.t_ns)
+    run.run = call.run
     run.history = []
     run.span, run.ctx = start_run(tracer, agent_name=run.scenario.agent_name, session_id=run.session_id,
                                   start_ns=run.t_ns + int(call.gap_s * 1e9) - 1000,
@@ -365,6 +375,118 @@ def stored_steps(store: Any, runs: Sequence[_Run]) -> dict[str, list[Any]]:
     return steps
 
 
+SELECT_TRACE_CALL_ROWS = """
+SELECT session_id, session_source, trace_id, span_id, call_kind, toUnixTimestamp64Nano(ts) AS ts_ns, request_fp,
+       is_error, error_fp, tool_fp
+FROM otel.genai_calls
+WHERE trace_id IN {traces:Array(String)} AND call_kind IN ('llm', 'tool')
+ORDER BY ts, span_id
+"""
+
+# Exact hashes of the raw output and tool result, in each dialect (what the baselines compare exactly).
+SELECT_TRACE_CONTENT_HASHES = """
+SELECT SpanId AS span_id,
+       multiIf(SpanAttributes['gen_ai.output.messages'] != '', cityHash64(SpanAttributes['gen_ai.output.messages']),
+               SpanAttributes['openinference.span.kind'] = 'LLM' AND SpanAttributes['output.value'] NOT IN ('', '__REDACTED__'),
+               cityHash64(SpanAttributes['output.value']), 0) AS output_fp,
+       multiIf(SpanAttributes['gen_ai.tool.call.result'] != '', cityHash64(SpanAttributes['gen_ai.tool.call.result']),
+               SpanAttributes['openinference.span.kind'] = 'TOOL' AND SpanAttributes['output.value'] NOT IN ('', '__REDACTED__'),
+               cityHash64(SpanAttributes['output.value']),
+               SpanAttributes['traceloop.entity.output'] != '', cityHash64(SpanAttributes['traceloop.entity.output']), 0)
+           AS result_fp
+FROM otel.otel_traces
+WHERE TraceId IN {traces:Array(String)}
+"""
+
+SELECT_SPAN_SESSIONS = """
+SELECT span_id, session_id, session_source FROM otel.genai_calls WHERE span_id IN {spans:Array(String)}
+"""
+
+
+def stored_steps_of_traces(store: Any, traces: dict[str, list[str]], expected: dict[str, int]) -> dict[str, list[Any]]:
+    """The baselines' input for runs known by their traces (``traces``: run id -> trace ids): one Step per model
+    call from the stored rows (tool spans attached to the model call they followed in the same trace)."""
+    run_of = {t: rid for rid, ts in traces.items() for t in ts}
+    every = list(run_of)
+    rows = store.rows(SELECT_TRACE_CALL_ROWS, {"traces": every})
+    hashes = {r["span_id"]: r for r in store.rows(SELECT_TRACE_CONTENT_HASHES, {"traces": every})}
+    current: dict[str, dict[str, Any]] = {}
+    built: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        h = hashes.get(row["span_id"], {})
+        if row["call_kind"] == "llm":
+            step = {"trace_id": row["trace_id"], "session_id": row["session_id"], "request_fp": row["request_fp"],
+                    "is_error": bool(row["is_error"]), "error_fp": row["error_fp"], "output_fp": h.get("output_fp", 0),
+                    "tools": []}
+            current[row["trace_id"]] = step
+            built[run_of[row["trace_id"]]].append(step)
+        elif row["trace_id"] in current:
+            current[row["trace_id"]]["tools"].append(ToolRun(fp=row["tool_fp"], is_error=bool(row["is_error"]),
+                                                             error_fp=row["error_fp"], result_fp=h.get("result_fp", 0)))
+    out = {}
+    for rid, n in expected.items():
+        got = built[rid]
+        if len(got) != n:
+            raise RuntimeError(f"{rid}: {n} model calls sent, {len(got)} stored")
+        out[rid] = [Step(**{**st, "tools": tuple(st["tools"])}) for st in got]
+    return out
+
+
+def replay_recorded(recordings: Sequence[Any], config: AppConfig, *, config_name: str = LOOP_DETECTOR,
+                    progress: Progress | None = None, data_dir: str | None = None) -> Replay:
+    """Replay recorded sessions (:mod:`detector.evaluation.recorded`) through a fresh in-process service running
+    ``config``: every timestamp moved so that each session ends about now (gaps kept), the spans posted as OTLP/JSON
+    to the receiver call by call (what had ended by the end of each LLM call), one call of every session per round;
+    after each LLM call the decision is read for the call's session and trace, as its agent would."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from detector.service.process import running_service
+
+    started = time.monotonic()
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="loop-detector-eval-") as tmp, \
+            running_service(eval_service_config(config), data_dir or tmp) as (service, eps), \
+            httpx.Client(timeout=60.0) as client, ThreadPoolExecutor(max_workers=4) as pool:
+        now = time.time_ns()
+        shift = {r.id: now - 2_000_000_000 - max(sp.end for sp in r.spans) for r in recordings}
+        batches = {r.id: r.batches() for r in recordings}
+        calls = {r.id: r.calls for r in recordings}
+        decisions: dict[str, list[dict[str, Any]]] = {r.id: [] for r in recordings}
+        sessions: dict[str, str] = {}  # the session the pipeline resolved for a run (for calls that lost theirs)
+
+        def post(body: bytes) -> None:
+            reply = client.post(f"{eps.otlp}/v1/traces", content=body, headers={"content-type": "application/json"})
+            if reply.status_code != 200:
+                raise RuntimeError(f"the receiver refused a recorded request: {reply.status_code} {reply.text[:200]}")
+
+        rounds = max(len(b) for b in batches.values())
+        for i in range(rounds):
+            active = [r for r in recordings if i < len(batches[r.id])]
+            bodies = [r.request(batches[r.id][i] + (r.rest() if i == len(batches[r.id]) - 1 else []), shift[r.id])
+                      for r in active]
+            list(pool.map(post, bodies))
+            wait_for_watermark(client, eps.api, time.time_ns() // 1000)
+            wanted = [calls[r.id][i].body["spanId"] for r in active]
+            resolved = {row["span_id"]: row for row in service.store.rows(SELECT_SPAN_SESSIONS, {"spans": wanted})}
+            for r in active:
+                span = calls[r.id][i].body
+                row = resolved.get(span["spanId"], {})
+                session = row.get("session_id", "")
+                if row.get("session_source") not in (None, "", "trace"):
+                    sessions.setdefault(r.id, session)
+                elif r.id in sessions:
+                    session = sessions[r.id]  # a call that lost its session attribute: its agent still knows it
+                params = {"session_id": session or span["traceId"], "trace_id": span["traceId"]}
+                decisions[r.id].append(client.get(f"{eps.api}/v1/decision", params=params).json())
+            if progress is not None:
+                progress.update(len(active), f"round {i + 1}/{rounds}")
+        wait_for_watermark(client, eps.api, time.time_ns() // 1000)
+        traces = {r.id: sorted({sp.body["traceId"] for sp in r.spans}) for r in recordings}
+        steps = stored_steps_of_traces(service.store, traces, {r.id: len(calls[r.id]) for r in recordings})
+    return Replay(config_name=config_name, decisions=decisions, steps=steps, seconds=time.monotonic() - started,
+                  calls=sum(len(c) for c in calls.values()))
+
+
 # ============================================================================================ baselines
 
 
@@ -391,6 +513,15 @@ class RunScore:
     delay_warn: int | None = None
     delay_block: int | None = None
     early: bool = False  # loop runs: an alarm before onset
+
+    @property
+    def calls_to_warn(self) -> int | None:
+        """Wasted calls up to the first warn, the first wasted call counting as 1 (delay + 1)."""
+        return None if self.delay_warn is None else self.delay_warn + 1
+
+    @property
+    def calls_to_block(self) -> int | None:
+        return None if self.delay_block is None else self.delay_block + 1
 
 
 def score_run(actions: Sequence[str], label: str, onset: int | None) -> RunScore:
@@ -445,6 +576,11 @@ class GroupMetrics:
         def med(xs: list[int]) -> float | None:
             return float(statistics.median(xs)) if xs else None
 
+        def p90(xs: list[int]) -> int | None:  # nearest rank
+            return sorted(xs)[max(0, math.ceil(0.9 * len(xs)) - 1)] if xs else None
+
+        to_warn = [d + 1 for d in self.delays_warn]  # wasted calls, the first counting as 1
+        to_block = [d + 1 for d in self.delays_block]
         return {
             "runs": self.runs, "loop_runs": self.loop_runs, "legit_runs": self.legit_runs,
             "recall_warn": rate(self.caught_warn, self.loop_runs), "recall_block": rate(self.caught_block, self.loop_runs),
@@ -454,6 +590,10 @@ class GroupMetrics:
             "fp_warn": self.fp_warn, "fp_block": self.fp_block,
             "delay_warn_median": med(self.delays_warn), "delay_warn_max": max(self.delays_warn, default=None),
             "delay_block_median": med(self.delays_block), "delay_block_max": max(self.delays_block, default=None),
+            "calls_to_warn_median": med(to_warn), "calls_to_warn_p90": p90(to_warn),
+            "calls_to_warn_max": max(to_warn, default=None),
+            "calls_to_block_median": med(to_block), "calls_to_block_p90": p90(to_block),
+            "calls_to_block_max": max(to_block, default=None),
         }
 
 
@@ -465,8 +605,10 @@ class System:
     actions: dict[str, list[str]]  # scenario id -> action per call
 
 
-def evaluate_systems(scenarios: Sequence[Scenario], systems: Sequence[System]) -> dict[str, Any]:
-    """Metrics for every system, per family, over loop families, over legit families; and per run."""
+def evaluate_systems(scenarios: Sequence[Any], systems: Sequence[System]) -> dict[str, Any]:
+    """Metrics for every system, per family, over loop families, over legit families, per content mode
+    (``by_content``: captured or not); and per run. ``scenarios``: built-in scenarios or recordings (anything with
+    ``id``, ``family``, ``label``, ``onset``, ``capture_content`` and ``calls``)."""
     families = [f for f in (*LOOP_FAMILIES, *LEGIT_FAMILIES) if any(s.family == f for s in scenarios)]
     families += sorted({s.family for s in scenarios} - set(families))
     result: dict[str, Any] = {"systems": [{"name": s.name, "label": s.label, "kind": s.kind} for s in systems],
@@ -488,6 +630,17 @@ def evaluate_systems(scenarios: Sequence[Scenario], systems: Sequence[System]) -
     for f in families:
         result["families"][f] = {name: g.as_dict() for name, g in per_family[f].items()}
     result["overall"] = {name: g.as_dict() for name, g in overall.items()}
+    result["by_content"] = {}
+    for mode, on in (("on", True), ("off", False)):
+        subset = [s for s in scenarios if bool(s.capture_content) == on]
+        if not subset:
+            continue
+        result["by_content"][mode] = {}
+        for system in systems:
+            group = GroupMetrics()
+            for s in subset:
+                group.add(s.label, score_run(system.actions[s.id], s.label, s.onset))
+            result["by_content"][mode][system.name] = group.as_dict()
     result["runs"] = list(runs.values())
     return result
 
@@ -518,6 +671,32 @@ def check_targets(metrics: dict[str, Any], system: str = LOOP_DETECTOR) -> list[
                 behind.append(f"{family} (FP {mine['fp_rate_warn']:.2f} > {best:.2f})")
     checks.append({"target": "at least as good as the best baseline on every family", "value": behind or "all",
                    "met": not behind})
+    return checks
+
+
+def check_preset_targets(metrics: dict[str, Any], systems: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The targets of issue 15 (``PRESET_TARGETS``) for each content mode: the default configuration's recall at warn,
+    median wasted calls to warn and false flags; protect's recall at block, false blocks and median wasted calls to
+    block. ``systems``: preset -> system name (default: the two loop-detector passes)."""
+    systems = systems or {"default": LOOP_DETECTOR, "protect": LOOP_DETECTOR_PROTECT}
+    checks = []
+    for mode, by_system in metrics.get("by_content", {}).items():
+        for preset, targets in PRESET_TARGETS.items():
+            m = by_system.get(systems.get(preset, ""))
+            if m is None:
+                continue
+            for key, target in targets.items():
+                value = m.get(key)
+                if key.startswith("recall"):
+                    met, text = value is not None and value >= target, f"{key.replace('_', ' ')} >= {target:g}"
+                elif key == "fp_block":
+                    met, text = (value or 0) <= target, "false blocks = 0"
+                elif key.startswith("fp_rate"):
+                    met, text = value is not None and value <= target, f"false flags <= {target:.0%}"
+                else:
+                    met = value is not None and value <= target
+                    text = f"median wasted calls to {key.split('_')[2]} <= {target:g}"
+                checks.append({"preset": preset, "content": mode, "target": text, "value": value, "met": met})
     return checks
 
 
@@ -556,18 +735,37 @@ def render(metrics: dict[str, Any], markdown: bool = False) -> str:
     loop_fams = [f for f, v in metrics["families"].items() if next(iter(v.values()))["loop_runs"]]
     legit_fams = [f for f, v in metrics["families"].items() if next(iter(v.values()))["legit_runs"]]
 
-    lines.append("## Loop runs: recall and detection delay (calls after onset)" if markdown else
-                 "LOOP RUNS: recall and detection delay (calls after onset)")
+    lines.append("## By configuration and content mode" if markdown else "BY CONFIGURATION AND CONTENT MODE")
+    lines.append("")
+    lines.append("Wasted calls to a flag count the first wasted call as 1 (flagged by the 2nd wasted call: 2)."
+                 if markdown else "(wasted calls to a flag: the first wasted call counts as 1)")
+    lines.append("")
+    rows = []
+    groups = [("all", metrics["overall"])] + [(mode, by) for mode, by in metrics.get("by_content", {}).items()]
+    for mode, by_system in groups:
+        for i, sys_ in enumerate(systems):
+            m = by_system[sys_["name"]]
+            rows.append([mode if i == 0 else "", sys_["label"], f"{m['loop_runs']}/{m['legit_runs']}",
+                         _fmt_rate(m["recall_warn"]), _fmt_rate(m["recall_block"]),
+                         f"{_fmt_rate(m['fp_rate_warn'])} ({m['fp_warn']})",
+                         f"{_fmt_rate(m['fp_rate_block'])} ({m['fp_block']})",
+                         _fmt_delay(m["calls_to_warn_median"], m["calls_to_warn_p90"]),
+                         _fmt_delay(m["calls_to_block_median"], m["calls_to_block_p90"])])
+    table(["content", "system", "loops/legit", "recall warn", "recall block", "false flags", "false blocks",
+           "calls to warn med/p90", "calls to block med/p90"], rows)
+
+    lines.append("## Loop runs: recall and wasted calls to a flag (the first wasted call counts as 1)" if markdown else
+                 "LOOP RUNS: recall and wasted calls to a flag (the first wasted call counts as 1)")
     lines.append("")
     rows = []
     for fam in [*loop_fams, "ALL LOOP FAMILIES"]:
         for i, s in enumerate(systems):
             m = metrics["overall"][s["name"]] if fam == "ALL LOOP FAMILIES" else metrics["families"][fam][s["name"]]
             rows.append([fam if i == 0 else "", s["label"], str(m["loop_runs"]), _fmt_rate(m["recall_warn"]),
-                         _fmt_rate(m["recall_block"]), _fmt_delay(m["delay_warn_median"], m["delay_warn_max"]),
-                         _fmt_delay(m["delay_block_median"], m["delay_block_max"]), str(m["early_alarms"])])
-    table(["family", "system", "runs", "recall warn", "recall block", "delay warn med/max", "delay block med/max",
-           "early alarms"], rows)
+                         _fmt_rate(m["recall_block"]), _fmt_delay(m["calls_to_warn_median"], m["calls_to_warn_max"]),
+                         _fmt_delay(m["calls_to_block_median"], m["calls_to_block_max"]), str(m["early_alarms"])])
+    table(["family", "system", "runs", "recall warn", "recall block", "calls to warn med/max",
+           "calls to block med/max", "early alarms"], rows)
 
     lines.append("## Legit runs: false positives" if markdown else "LEGIT RUNS: false positives")
     lines.append("")
@@ -590,14 +788,14 @@ def render(metrics: dict[str, Any], markdown: bool = False) -> str:
         rows.append([fam, "FP"] + [_fmt_rate(metrics["families"][fam][s["name"]]["fp_rate_warn"]) for s in systems])
     table(["family", "metric"] + [short[s["name"]] for s in systems], rows)
 
-    if "targets" in metrics:
-        system = metrics.get("target_system", LOOP_DETECTOR)
-        lines.append(f"## Targets ({system})" if markdown else f"TARGETS ({system})")
+    if metrics.get("preset_targets"):
+        lines.append("## Targets" if markdown else "TARGETS")
         lines.append("")
-        for t in metrics["targets"]:
+        for t in metrics["preset_targets"]:
             mark = "met" if t["met"] else "NOT MET"
-            value = t["value"] if not isinstance(t["value"], list) else "; ".join(t["value"])
-            lines.append(f"- {t['target']}: {value} ({mark})" if markdown else f"  [{mark:^7}] {t['target']}: {value}")
+            where = f"{t['preset']}, content {t['content']}"
+            lines.append(f"- {where}: {t['target']}: {t['value']} ({mark})" if markdown
+                         else f"  [{mark:^7}] {where}: {t['target']}: {t['value']}")
         lines.append("")
     return "\n".join(lines)
 
@@ -611,17 +809,23 @@ def _short_label(system: dict[str, Any]) -> str:
 # ============================================================================================ entry point
 
 
-def run_eval(scenarios: Sequence[Scenario], config: AppConfig | None = None, *, config_label: str = LOOP_DETECTOR,
+def run_eval(scenarios: Sequence[Any], config: AppConfig | None = None, *, config_label: str = LOOP_DETECTOR,
              blocking_pass: bool = True, progress: bool = True, stream: TextIO | None = None) -> dict[str, Any]:
-    """Replay the corpus (once per configuration), run the baselines on the stored rows, compute metrics."""
+    """Replay the corpus (once per configuration: ``config``, by default the defaults, and with ``blocking_pass``
+    the protect preset), run the baselines on the stored rows, compute metrics. ``scenarios``: built-in scenarios
+    (:class:`~detector.evaluation.corpus.Scenario`) or recordings (:class:`~detector.evaluation.recorded.Recording`)."""
+    from detector.evaluation.recorded import Recording
+
+    recorded = bool(scenarios) and isinstance(scenarios[0], Recording)
     configs: list[tuple[str, AppConfig]] = [(config_label, config or AppConfig())]
     if blocking_pass:
-        configs.append((LOOP_DETECTOR_BLOCKING, parse_config(BLOCKING_RULES_CONFIG, "blocking rules")))
+        configs.append((LOOP_DETECTOR_PROTECT, parse_config({"preset": "protect"}, "protect")))
     total = sum(len(s.calls) for s in scenarios)
     replays: list[Replay] = []
     for i, (name, cfg) in enumerate(configs):
         bar = Progress(total, f"eval {i + 1}/{len(configs)} ({name})", stream=stream, enabled=progress)
-        replays.append(replay(scenarios, cfg, config_name=name, progress=bar))
+        run = replay_recorded if recorded else replay
+        replays.append(run(scenarios, cfg, config_name=name, progress=bar))
         bar.close()
     systems = [System(r.config_name, r.config_name, "loop-detector",
                       {sid: [d["action"] for d in ds] for sid, ds in r.decisions.items()}) for r in replays]
@@ -633,6 +837,8 @@ def run_eval(scenarios: Sequence[Scenario], config: AppConfig | None = None, *, 
     metrics = evaluate_systems(scenarios, systems)
     metrics["targets"] = check_targets(metrics, config_label)
     metrics["target_system"] = config_label
+    metrics["preset_targets"] = check_preset_targets(
+        metrics, {"default": config_label, "protect": LOOP_DETECTOR_PROTECT})
     metrics["replays"] = [{"config": r.config_name, "seconds": round(r.seconds, 1), "calls": r.calls} for r in replays]
     _attach_detectors(metrics, replays)
     return metrics
@@ -647,6 +853,7 @@ def _attach_detectors(metrics: dict[str, Any], replays: Iterable[Replay]) -> Non
             info = by_id[sid]["systems"][rep.config_name]
             info["first_detector"] = (first["detector"] + (f":{first['rule_name']}" if first["rule_name"] else "")
                                       if first else None)
+            info["first_evidence"] = first.get("evidence") if first else None
             info["levels"] = "".join(d["level"][0] if d["level"] != LEVEL_NONE else "." for d in decisions)
             info["actions"] = "".join(d["action"][0] if d["action"] != ACTION_ALLOW else "." for d in decisions)
 
@@ -665,7 +872,7 @@ def run_cli(args: Any) -> int:
 
     families = [f.strip() for f in args.families.split(",")] if args.families else None
     if families:
-        unknown = sorted(set(families) - set(FAMILIES)) if not args.corpus else []
+        unknown = sorted(set(families) - set(FAMILIES)) if not (args.corpus or getattr(args, "recorded", False)) else []
         if unknown:
             print(f"unknown families: {', '.join(unknown)} (known: {', '.join(FAMILIES)})", file=sys.stderr)
             return 2
@@ -677,7 +884,14 @@ def run_cli(args: Any) -> int:
         print(f"wrote {len(paths)} scenarios to {args.write_corpus} (seed {seed})")
         return 0
     try:
-        if args.corpus:
+        recorded_dir = _recorded_dir(args)
+        if recorded_dir is not None:
+            from detector.evaluation.recorded import load_recordings
+
+            scenarios = load_recordings(recorded_dir)
+            if families:
+                scenarios = [s for s in scenarios if s.family in families]
+        elif args.corpus:
             scenarios = read_corpus(args.corpus)
             if families:
                 scenarios = [s for s in scenarios if s.family in families]
@@ -696,7 +910,9 @@ def run_cli(args: Any) -> int:
     label = LOOP_DETECTOR if not args.config else f"{LOOP_DETECTOR} ({Path(args.config).name})"
     metrics = run_eval(scenarios, config, config_label=label, blocking_pass=not args.no_blocking_pass,
                        progress=not args.quiet)
-    metrics["corpus"] = {"source": args.corpus or f"built-in (seed {seed}, {variants} per family)",
+    source = ("recorded (detector/evaluation/recordings)" if getattr(args, "recorded", False) else args.corpus) or \
+        f"built-in (seed {seed}, {variants} per family)"
+    metrics["corpus"] = {"source": source,
                          "runs": len(scenarios), "loop_runs": sum(s.label == "loop" for s in scenarios),
                          "legit_runs": sum(s.label == "legit" for s in scenarios),
                          "calls": sum(len(s.calls) for s in scenarios)}
@@ -711,6 +927,18 @@ def run_cli(args: Any) -> int:
         Path(args.json).write_text(json.dumps(metrics, indent=1) + "\n")
         print(f"results written to {args.json}", file=sys.stderr)
     return 0
+
+
+def _recorded_dir(args: Any) -> Path | None:
+    """The recorded corpus to evaluate: ``--recorded`` (the one installed with the package), or ``--corpus DIR``
+    when DIR holds a ``manifest.json`` (recordings, rather than scenario files)."""
+    from detector.evaluation.recorded import recordings_dir
+
+    if getattr(args, "recorded", False):
+        return recordings_dir()
+    if args.corpus and (Path(args.corpus) / "manifest.json").is_file():
+        return Path(args.corpus)
+    return None
 
 
 def schema_fingerprint() -> str:

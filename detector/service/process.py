@@ -172,9 +172,10 @@ class Service:
     """Everything ``serve`` runs, wired together; usable in-process by tests and the demo."""
 
     def __init__(self, config: AppConfig, data_dir: str | os.PathLike[str], config_path: str | None = None,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, preset: str | None = None) -> None:
         self.config = config
         self.config_path = config_path
+        self.preset = preset  # serve --preset: kept over the file's own `preset:` on every reload
         self.data_dir = Path(data_dir)
         private_directory(self.data_dir)
         self.store = store or open_store(self.data_dir, config.store.url)
@@ -297,7 +298,7 @@ class Service:
             if not self.config_path:
                 return ["no config file to reload (serve was started without --config)"]
             try:
-                config = load_config(self.config_path)
+                config = load_config(self.config_path, preset=self.preset)
             except ConfigError as exc:
                 log.error("config reload rejected", extra={"errors": exc.errors})
                 return exc.errors

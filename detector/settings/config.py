@@ -23,17 +23,23 @@ from detector.settings.rule_params import validate_params
 from detector.settings.vocabulary import (
     BUDGET_ALERT,
     DETECTOR_EXACT_PROMPT_REPEAT,
+    DETECTOR_FAILURE_LOOP,
+    DETECTOR_NO_PROGRESS,
     DETECTOR_TRACE_CAP,
     EVENT_BUDGET,
     EVENT_ESCALATION,
     EVENT_RULE,
     LEVEL_HARD_STOP,
     MODE_ENFORCE,
+    PRESET_DEFAULT,
+    PRESET_PROTECT,
+    RULE_BLOCK,
     RULE_NOTIFY,
     SIGNAL_NAMES,
     AlertEventKind,
     BudgetAction,
     BudgetScope,
+    Preset,
     RuleAction,
     RuleDetector,
     RuleMode,
@@ -41,10 +47,10 @@ from detector.settings.vocabulary import (
 
 __all__ = [
     "ApiSettings", "AppConfig", "Budget", "ClickHouseHttpSettings", "ConfigError", "ConsecutiveCounts", "DetectorSettings",
-    "HttpSettings", "IngestSettings", "KeyOverride", "LoopDetectionConfig", "MetricsSettings", "Price", "RetentionSettings",
-    "Rule", "StoreSettings", "Thresholds", "TlsSettings", "WEIGHT_TOLERANCE", "Webhook", "WebhookDelivery", "Weights",
-    "default_rules", "duration_seconds", "format_errors", "load_config", "merge_loop_detection", "parse_config",
-    "yaml_error",
+    "HttpSettings", "IngestSettings", "KeyOverride", "LoopDetectionConfig", "MetricsSettings", "PRESET_SETTINGS", "Price",
+    "ProgressSettings", "RetentionSettings", "Rule", "StoreSettings", "Thresholds", "TlsSettings", "WEIGHT_TOLERANCE",
+    "Webhook", "WebhookDelivery", "Weights", "apply_preset", "default_rules", "duration_seconds", "format_errors",
+    "load_config", "merge_loop_detection", "parse_config", "protect_rules", "yaml_error",
 ]
 
 WEIGHT_TOLERANCE = 0.001
@@ -108,6 +114,24 @@ class Weights(_Strict):
         return {name: float(getattr(self, name)) for name in SIGNAL_NAMES}
 
 
+class ProgressSettings(_Strict):
+    """How progress evidence (``detector.core.progress``) weighs on the score and raises the early warning.
+
+    After the seven signals, per call and scope: a call that repeats an earlier one without progress lifts its raw
+    confidence to at least ``exact_floor`` / ``fuzzy_floor`` (by its evidence); a repeated action whose observation
+    changed (progress) and polling keep ``progress_discount`` of it; a call whose only evidence is structure stays
+    below ``warn_confidence``. The EMA, the consecutive counts and one level at a time are unchanged."""
+
+    enabled: bool = True
+    early_warning: bool = Field(True, description="warn by the 2nd wasted call on exact evidence (the 3rd on fuzzy)")
+    poll_wait_seconds: float = Field(1.0, ge=0, le=3600, description=(
+        "a wait (tools and idle time) between repeats that makes them polling, when it is also twice the model's "
+        "own time on them"))
+    exact_floor: float = Field(0.75, ge=0.0, le=1.0)
+    fuzzy_floor: float = Field(0.55, ge=0.0, le=1.0)
+    progress_discount: float = Field(0.25, ge=0.0, le=1.0)
+
+
 class LoopDetectionConfig(_Strict):
     """The spec's ``loop_detection:`` block."""
 
@@ -126,6 +150,7 @@ class LoopDetectionConfig(_Strict):
     cost_velocity_threshold: float = Field(0.5, gt=0, le=1e6)
     break_instruction_template: str | None = Field(None, min_length=1, max_length=2000)
     step_down_after: int = Field(5, ge=1, le=100)
+    progress: ProgressSettings = Field(default_factory=ProgressSettings)
 
 
 class KeyOverride(_Strict):
@@ -347,7 +372,34 @@ def default_rules() -> list[Rule]:
     ]
 
 
+def protect_rules() -> list[dict[str, Any]]:
+    """The rules of the ``protect`` preset: the defaults (notify), plus blocking that is safe for honest work: calls
+    repeating without progress (trace and session scope, exact or fuzzy evidence, 3 in a row) and the failure loop
+    (result- and backoff-aware; it clears when the streak ends)."""
+    return [
+        {"name": "Loop: Exact prompt repeat", "detector": DETECTOR_EXACT_PROMPT_REPEAT, "action": RULE_NOTIFY},
+        {"name": "Loop: No progress", "detector": DETECTOR_NO_PROGRESS, "action": RULE_BLOCK},
+        {"name": "Loop: Failure loop", "detector": DETECTOR_FAILURE_LOOP, "action": RULE_BLOCK},
+        {"name": "Loop: Per-trace call cap", "detector": DETECTOR_TRACE_CAP, "action": RULE_NOTIFY,
+         "params": {"unit": "calls", "threshold": 25}},
+        {"name": "Loop: Per-trace cost cap", "detector": DETECTOR_TRACE_CAP, "action": RULE_NOTIFY,
+         "params": {"unit": "usd", "threshold": 5.0}},
+    ]
+
+
+# What each preset sets; the config file's own settings override it, field by field (a list, such as `rules`,
+# as a whole). `protect` also lets the score reach hard_stop for loops without errors (floors of 1.0 and 0.85).
+PRESET_SETTINGS: dict[str, dict[str, Any]] = {
+    PRESET_DEFAULT: {},
+    PRESET_PROTECT: {
+        "loop_detection": {"progress": {"exact_floor": 1.0, "fuzzy_floor": 0.85}},
+        "rules": protect_rules(),
+    },
+}
+
+
 class AppConfig(_Strict):
+    preset: Preset = Field(PRESET_DEFAULT, description="default, or protect (blocking that is safe for honest work)")
     loop_detection: LoopDetectionConfig = Field(default_factory=LoopDetectionConfig)
     virtual_keys: dict[str, KeyOverride] = Field(default_factory=dict)
     rules: list[Rule] = Field(default_factory=default_rules)
@@ -427,21 +479,34 @@ def format_errors(exc: ValidationError) -> list[str]:
     return lines
 
 
-def parse_config(data: Any, source: str = "config") -> AppConfig:
+def apply_preset(data: dict[str, Any], preset: str | None = None) -> dict[str, Any]:
+    """``data`` (a config file's mapping) over its preset's settings: ``preset`` (the command line's) or the file's
+    own ``preset:`` key. The file's settings win, field by field; an unknown preset is left to validation."""
+    name = preset or data.get("preset") or PRESET_DEFAULT
+    settings = PRESET_SETTINGS.get(name) if isinstance(name, str) else None
+    if settings is None:
+        return data
+    merged = _deep_merge(settings, data)
+    merged["preset"] = name
+    return merged
+
+
+def parse_config(data: Any, source: str = "config", preset: str | None = None) -> AppConfig:
+    """Validate a config mapping (``preset``: the command line's, over the file's ``preset:`` key)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], source)
     try:
-        return AppConfig.model_validate(data)
+        return AppConfig.model_validate(apply_preset(data, preset))
     except ValidationError as exc:
         raise ConfigError(format_errors(exc), source) from None
 
 
-def load_config(path: str | os.PathLike[str] | None) -> AppConfig:
-    """Read and validate a YAML config file; ``None`` gives the defaults."""
+def load_config(path: str | os.PathLike[str] | None, preset: str | None = None) -> AppConfig:
+    """Read and validate a YAML config file; ``None`` gives the defaults (of ``preset``, when given)."""
     if path is None:
-        return AppConfig()
+        return parse_config({}, "defaults", preset) if preset else AppConfig()
     p = Path(path)
     try:
         text = p.read_text()
@@ -451,7 +516,7 @@ def load_config(path: str | os.PathLike[str] | None) -> AppConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([yaml_error(exc)], str(p)) from None
-    return parse_config(data, str(p))
+    return parse_config(data, str(p), preset)
 
 
 _QUOTED = re.compile(r"'[^']*'")

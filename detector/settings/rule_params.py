@@ -11,11 +11,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
-    "DETECTORS", "ExactRepeatParams", "FailureLoopParams", "PARAM_MODELS", "TRACE_CAP_DEFAULTS", "TraceCapParams",
-    "VelocityParams", "validate_params",
+    "DETECTORS", "ExactRepeatParams", "FailureLoopParams", "NoProgressParams", "PARAM_MODELS", "TRACE_CAP_DEFAULTS",
+    "TraceCapParams", "VelocityParams", "validate_params",
 ]
 
-DETECTORS = ("exact_prompt_repeat", "trace_cap", "failure_loop", "velocity")
+DETECTORS = ("exact_prompt_repeat", "trace_cap", "failure_loop", "velocity", "no_progress")
 
 TRACE_CAP_DEFAULTS = {"calls": 25, "usd": 5.0, "tokens": 200_000}
 
@@ -75,11 +75,21 @@ class VelocityParams(_Params):
     warmup_minutes: float = Field(5.0, ge=0, description="no baseline trip before the key has this much history")
 
 
+class NoProgressParams(_Params):
+    """Calls that repeat earlier ones without progress (``detector.core.progress``), in a trace or a session (a run
+    restarted in new traces): trips after ``wasted_calls`` such calls in a row with at least ``min_evidence``
+    (structure alone never counts), and clears with the first call that makes progress."""
+
+    wasted_calls: int = Field(3, ge=1, le=100, description="wasted calls in a row (exact or fuzzy evidence) that trip it")
+    min_evidence: Literal["exact", "fuzzy"] = Field("fuzzy", description="the weakest evidence a wasted call may rest on")
+
+
 PARAM_MODELS: dict[str, type[_Params]] = {
     "exact_prompt_repeat": ExactRepeatParams,
     "trace_cap": TraceCapParams,
     "failure_loop": FailureLoopParams,
     "velocity": VelocityParams,
+    "no_progress": NoProgressParams,
 }
 
 

@@ -14,7 +14,7 @@ __all__ = [
     "ACTIONS", "ACTION_ALLOW", "ACTION_BLOCK", "ACTION_INJECT", "ACTION_THROTTLE", "ACTION_WARN", "Action",
     "BUDGET_ALERT", "BUDGET_BLOCK", "BUDGET_SCOPES", "BudgetAction", "BudgetScope",
     "COMMIT_COMMITTED", "COMMIT_RETRYABLE", "CommitStatus",
-    "EVENT_BUDGET", "EVENT_ESCALATION", "EVENT_MANUAL", "EVENT_RULE", "EVENT_RULE_CLEAR", "EventKind",
+    "EVENT_BUDGET", "EVENT_ESCALATION", "EVENT_MANUAL", "EVENT_PROGRESS", "EVENT_RULE", "EVENT_RULE_CLEAR", "EventKind",
     "SESSION_SOURCE_TRACE",
     "AlertEventKind", "DETECTOR_BLOCK_SESSION", "DETECTOR_BUDGET", "DETECTOR_MANUAL", "DETECTOR_RESET_SESSION", "DETECTOR_REVOKE_KEY",
     "MANUAL_BLOCK", "MANUAL_REVOKE", "ManualScope",
@@ -24,6 +24,8 @@ __all__ = [
     "MODE_DRY_RUN", "MODE_ENFORCE", "RULE_BLOCK", "RULE_NOTIFY", "RuleAction", "RuleMode",
     "SCOPES", "SCOPE_FEATURE", "SCOPE_KEY", "SCOPE_SESSION", "SCOPE_TRACE", "Scope",
     "SIGNAL_NAMES", "SignalName",
+    "DETECTOR_NO_PROGRESS", "EVIDENCE", "EVIDENCE_EXACT", "EVIDENCE_FUZZY", "EVIDENCE_NONE", "EVIDENCE_RATE",
+    "EVIDENCE_SIZES", "EVIDENCE_STRUCTURE", "Evidence", "PRESET_DEFAULT", "PRESET_PROTECT", "PRESETS", "Preset",
 ]
 
 # -- scopes: what a state, a score or a decision is about -------------------------------------------------------
@@ -56,19 +58,44 @@ ACTION_BLOCK: Final = "block"
 ACTIONS: Final[tuple[Action, ...]] = (ACTION_ALLOW, ACTION_WARN, ACTION_THROTTLE, ACTION_INJECT, ACTION_BLOCK)
 
 # -- detectors: who made a decision or an event ----------------------------------------------------------------
-RuleDetector = Literal["exact_prompt_repeat", "trace_cap", "failure_loop", "velocity"]
+RuleDetector = Literal["exact_prompt_repeat", "trace_cap", "failure_loop", "velocity", "no_progress"]
 DETECTOR_EXACT_PROMPT_REPEAT: Final = "exact_prompt_repeat"
 DETECTOR_TRACE_CAP: Final = "trace_cap"
 DETECTOR_FAILURE_LOOP: Final = "failure_loop"
 DETECTOR_VELOCITY: Final = "velocity"
+# calls that repeat earlier ones without progress (detector.core.progress): the early warning (built in, warn), and
+# a rule detector of that name (trace and session scope; what the protect preset blocks with)
+DETECTOR_NO_PROGRESS: Final = "no_progress"
 RULE_DETECTORS: Final[tuple[RuleDetector, ...]] = (
-    DETECTOR_EXACT_PROMPT_REPEAT, DETECTOR_TRACE_CAP, DETECTOR_FAILURE_LOOP, DETECTOR_VELOCITY)
+    DETECTOR_EXACT_PROMPT_REPEAT, DETECTOR_TRACE_CAP, DETECTOR_FAILURE_LOOP, DETECTOR_VELOCITY, DETECTOR_NO_PROGRESS)
 DETECTOR_CONFIDENCE: Final = "confidence"  # the weighted, smoothed score and its escalation
 DETECTOR_BUDGET: Final = "budget"  # an exhausted budget
 DETECTOR_MANUAL: Final = "manual"  # an operator's block or revocation
 DETECTOR_NONE: Final = "none"  # an allow decision
 DetectorName = Literal["none", "confidence", "exact_prompt_repeat", "trace_cap", "failure_loop", "velocity", "budget",
-                       "manual", "block_session", "revoke_key", "reset_session"]
+                       "manual", "block_session", "revoke_key", "reset_session", "no_progress"]
+
+# -- evidence: what a signal, a decision or an event rests on, weakest first (detector.core.progress) --------------
+# structure: the shape of the calls only (the same tool names, similar token counts): never raises a flag alone;
+# sizes: content capture off, the same tools bringing back the same amount, answered with as many tokens, to the
+# token; fuzzy: content reworded or shifted (SimHash), with nothing new coming back; exact: normalized content
+# identity (the same call with the same result, the same normalized error, the same reply to nothing new).
+# rate: token or cost velocity, beside the others.
+Evidence = Literal["none", "structure", "sizes", "fuzzy", "exact", "rate"]
+EVIDENCE_NONE: Final = "none"
+EVIDENCE_STRUCTURE: Final = "structure"
+EVIDENCE_SIZES: Final = "sizes"
+EVIDENCE_FUZZY: Final = "fuzzy"
+EVIDENCE_EXACT: Final = "exact"
+EVIDENCE_RATE: Final = "rate"
+EVIDENCE: Final[tuple[Evidence, ...]] = (EVIDENCE_NONE, EVIDENCE_STRUCTURE, EVIDENCE_SIZES, EVIDENCE_FUZZY,
+                                         EVIDENCE_EXACT, EVIDENCE_RATE)
+
+# -- configuration presets: the defaults (never block), protect (blocking that is safe for honest work) ----------
+Preset = Literal["default", "protect"]
+PRESET_DEFAULT: Final = "default"
+PRESET_PROTECT: Final = "protect"
+PRESETS: Final[tuple[Preset, ...]] = (PRESET_DEFAULT, PRESET_PROTECT)
 
 # -- an operator's manual actions: on a session or a key -------------------------------------------------------
 ManualScope = Literal["session", "key"]
@@ -82,13 +109,16 @@ DETECTOR_RESET_SESSION: Final = "reset_session"
 SESSION_SOURCE_TRACE: Final = "trace"
 
 # -- kinds of otel.loop_events rows ----------------------------------------------------------------------------
-EventKind = Literal["escalation", "rule", "rule_clear", "budget", "manual"]
+EventKind = Literal["escalation", "rule", "rule_clear", "budget", "manual", "progress"]
 AlertEventKind = Literal["escalation", "rule", "budget"]  # the kinds a webhook can subscribe to
 EVENT_ESCALATION: Final = "escalation"  # a confidence level changed
 EVENT_RULE: Final = "rule"  # a rule tripped
 EVENT_RULE_CLEAR: Final = "rule_clear"  # a tripped rule's condition cleared
 EVENT_BUDGET: Final = "budget"  # a budget was exhausted
 EVENT_MANUAL: Final = "manual"  # an operator's action
+# the early warning (detector no_progress) raised (action warn) or lifted (action allow): on the timeline, not sent
+# to webhooks (a warn-level signal, often short-lived; a no_progress *rule* trips as a rule does)
+EVENT_PROGRESS: Final = "progress"
 
 # -- a budget's action: an alert (event, webhook) or a block ----------------------------------------------------
 BudgetAction = Literal["alert", "block"]

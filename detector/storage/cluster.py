@@ -35,6 +35,8 @@ DEFAULT_SHARDING_KEY = "cityHash64(scope_id)"
 _CREATE_TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS otel\.(\w+) \(", re.S)
 _ENGINE = re.compile(r"\) ENGINE = (\w+)\(([^)]*)\)")
 _MV = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS otel\.(\w+) TO otel\.(\w+) AS", re.S)
+_ALTER = re.compile(r"^ALTER TABLE otel\.(\w+)\s", re.S)
+_DROP_VIEW = re.compile(r"^DROP VIEW IF EXISTS otel\.(\w+)$")
 # Replicated tables deduplicate inserts by default: the single-node window setting has no cluster counterpart.
 _NON_REPLICATED_DEDUP = re.compile(r"^ALTER TABLE otel\.\w+ MODIFY SETTING non_replicated_deduplication_window = \d+$")
 
@@ -79,6 +81,16 @@ def cluster_statements(statements: list[str], cluster: str = DEFAULT_CLUSTER) ->
                                 f"CREATE MATERIALIZED VIEW IF NOT EXISTS otel.{name} {on} TO otel.{target}_local AS", 1)
             body = re.sub(r"\bFROM otel\.otel_traces\b", "FROM otel.otel_traces_local", body)
             out.append(body)
+            continue
+        alter = _ALTER.match(stmt)
+        if alter:  # an upgrade (ADD COLUMN IF NOT EXISTS): the local table, and the Distributed one over it
+            name, rest = alter.group(1), stmt[alter.end():]
+            out.append(f"ALTER TABLE otel.{name}_local {on} {rest}")
+            out.append(f"ALTER TABLE otel.{name} {on} {rest}")
+            continue
+        drop = _DROP_VIEW.match(stmt)
+        if drop:  # a materialized view being replaced (detector.storage.schema)
+            out.append(f"{stmt} {on}")
             continue
         raise ValueError(f"statement not understood by the cluster rewrite: {stmt[:80]}")
     return out

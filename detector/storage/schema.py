@@ -7,14 +7,17 @@ The single source of truth is ``clickhouse/0*.sql``; the cluster variant is deri
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import time
 from pathlib import Path
 
 from detector.storage.cluster import DEFAULT_CLUSTER, cluster_statements
-from detector.storage.transport import Store, StoreError
+from detector.storage.transport import Store, StoreError, insert_rows
 
-__all__ = ["SQL_DIR_ENV", "apply_schema", "committed_cluster_schema", "ddl_statements", "render_cluster_schema",
-           "split_statements", "sql_dir"]
+__all__ = ["SQL_DIR_ENV", "VIEW_KEY_PREFIX", "apply_schema", "committed_cluster_schema", "ddl_statements",
+           "render_cluster_schema", "split_statements", "sql_dir", "view_statements"]
 
 SQL_DIR_ENV = "LOOP_DETECTOR_SQL_DIR"
 
@@ -46,15 +49,51 @@ def ddl_statements(directory: Path | None = None) -> list[str]:
     return statements
 
 
+VIEW_KEY_PREFIX = "schema:view:"  # otel.loop_meta keys: a hash of each materialized view's statement
+_VIEW = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS otel\.(\w+) ")
+VIEW_EXISTS = "SELECT count() AS n FROM system.tables WHERE database = 'otel' AND name = {name:String}"
+VIEW_HASH = "SELECT value FROM otel.loop_meta FINAL WHERE key = {key:String}"
+
+
+def view_statements(statements: list[str]) -> dict[str, str]:
+    """The materialized views of a DDL, by name: their single-node statement."""
+    return {m.group(1): s for s in statements if (m := _VIEW.match(s))}
+
+
+def _digest(statement: str) -> str:
+    return hashlib.sha256(statement.encode()).hexdigest()[:16]
+
+
 def apply_schema(store: Store, directory: Path | None = None, cluster: str | None = None) -> int:
-    """Create every database, table and view that does not exist yet. Idempotent. With ``cluster``, the
-    replicated + distributed variant (see :mod:`detector.storage.cluster`)."""
+    """Create every database, table and view that does not exist yet, add the columns a newer DDL brings to the
+    tables of an older data directory (``ALTER TABLE ... ADD COLUMN IF NOT EXISTS``), and replace a materialized
+    view whose statement changed since it was created (a hash of it is kept in ``otel.loop_meta``). Idempotent.
+    With ``cluster``, the replicated + distributed variant (see :mod:`detector.storage.cluster`)."""
     statements = ddl_statements(directory)
-    if cluster:
-        statements = cluster_statements(statements, cluster)
-    for statement in statements:
+    views = view_statements(statements)
+    existed = {name for name in views if store.rows(VIEW_EXISTS, {"name": name})[0]["n"]}
+    rendered = cluster_statements(statements, cluster) if cluster else statements
+    for statement in rendered:
         store.command(statement)
-    return len(statements)
+    for name, statement in views.items():
+        _keep_view_current(store, name, statement, name in existed, cluster)
+    return len(rendered)
+
+
+def _keep_view_current(store: Store, name: str, statement: str, existed: bool, cluster: str | None) -> None:
+    """Replace view ``name`` when it was created from another statement. A view this run created is current; one
+    that existed without a recorded hash predates the record, and is replaced once. (Inserts that arrive between the
+    drop and the create are not seen by the view: the embedded service applies the schema before it listens.)"""
+    key = VIEW_KEY_PREFIX + name
+    digest = _digest(statement)
+    found = store.rows(VIEW_HASH, {"key": key})
+    if found and found[0]["value"] == digest:
+        return
+    if existed:
+        replace = [f"DROP VIEW IF EXISTS otel.{name}", statement]
+        for sql in cluster_statements(replace, cluster) if cluster else replace:
+            store.command(sql)
+    insert_rows(store, "otel.loop_meta", [{"key": key, "value": digest, "version": time.time_ns() // 1000}])
 
 
 

@@ -89,6 +89,7 @@ def decision_table(decisions: Sequence[Decision], version: int) -> pa.Table:
         "instruction": pa.array([d.instruction for d in decisions], text),
         "expires_at": pa.array([d.expires_at_us for d in decisions], pa.timestamp("us", tz="UTC")),
         "version": pa.array([version] * n, pa.uint64()),
+        "evidence": pa.array([d.evidence for d in decisions], text),
     })
 
 

@@ -73,7 +73,8 @@ def test_turn_init_takes_every_field_in_order():
 
 
 def test_scope_state_init_takes_every_persisted_field():
-    derived = {"from_level", "from_confidence", "from_dominant", "from_instruction", "from_trips", "marked"}
+    derived = {"from_level", "from_confidence", "from_dominant", "from_instruction", "from_trips", "from_flag",
+               "from_evidence", "from_flag_event", "marked"}
     fields = [f for f in dataclasses.fields(ScopeState) if f.name not in derived]
     given = {f.name: getattr(ScopeState("session", "s"), f.name) for f in fields}  # every default, by keyword
     st = ScopeState(**given)

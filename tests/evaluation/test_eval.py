@@ -192,7 +192,8 @@ def test_small_replay_through_the_real_pipeline():
     for loop in scenarios[:2]:
         ld = runs[loop.id]["loop-detector"]
         assert ld["delay_warn"] is not None and 0 <= ld["delay_warn"] <= 6, ld
-        assert not ld["early"] and ld["first_detector"] == "confidence"
+        # issue 15: the early warning beside the score flags a repeat on exact (or, without content, sizes) evidence
+        assert not ld["early"] and ld["first_detector"] in ("no_progress", "confidence")
         # (b) counts the third identical execute_tool span: the second repeat
         assert runs[loop.id]["same_tool_call_x3"]["delay_warn"] == 1
         assert runs[loop.id]["tokenpolice_exact_repeat"]["first_warn"] is None  # the context grows

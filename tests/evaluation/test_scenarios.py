@@ -11,12 +11,19 @@ import dataclasses
 import pytest
 
 from detector.core.escalation import LEVEL_RANK
-from detector.evaluation.corpus import LEGIT_FAMILIES, LOOP_FAMILIES, generate_scenario
+from detector.evaluation.corpus import (
+    LEGIT_FAMILIES,
+    LOOP_FAMILIES,
+    STRUCTURE_ONLY_WITHOUT_CONTENT,
+    generate_scenario,
+)
 from detector.evaluation.evaluate import replay
 from detector.settings.config import AppConfig, parse_config
 
-# variant 0 captures content, variant 2 does not (the default of every instrumentation)
-LOOPS = [generate_scenario(f, v) for f in LOOP_FAMILIES for v in (0, 2)]
+# variant 0 captures content, variant 2 does not (the default of every instrumentation); a loop whose runs without
+# content carry nothing but structure (a reworded request, every size varying) is measured with content only
+LOOPS = [generate_scenario(f, v) for f in LOOP_FAMILIES for v in (0, 2)
+         if not (v == 2 and f in STRUCTURE_ONLY_WITHOUT_CONTENT)]
 LEGIT = [generate_scenario(f, v) for f in LEGIT_FAMILIES for v in (0, 2)]
 
 
@@ -53,10 +60,12 @@ def test_legitimate_workloads_stay_allow(default_replay, scenario):
     assert [d["action"] for d in decisions] == ["allow"] * len(decisions)
 
 
-# Rule detectors on their own: confidence thresholds out of reach, so only the rule can decide.
+# Rule detectors on their own: confidence thresholds out of reach and the early warning off, so only the rule can
+# decide.
 RULES_ONLY = parse_config({
     "loop_detection": {"thresholds": {"warn_confidence": 0.96, "throttle_confidence": 0.97,
-                                      "inject_confidence": 0.98, "hardstop_confidence": 0.99}},
+                                      "inject_confidence": 0.98, "hardstop_confidence": 0.99},
+                       "progress": {"early_warning": False}},
     "virtual_keys": {"vk-velocity": {"tpm_limit": 5_000}},
     "rules": [
         {"name": "block-exact-repeat", "detector": "exact_prompt_repeat", "action": "block", "mode": "enforce"},

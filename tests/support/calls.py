@@ -57,3 +57,40 @@ def genai_rows(calls) -> list[dict]:
             "finish_reasons": list(c.finish_reasons),
         })
     return rows
+
+
+# -------------------------------------------------------------------------- calls with progress fingerprints
+
+
+def agent_llm(i: int, *, trace="t1", session="s1", t0=T0, at=None, duration=0.8, tokens=(500, 40), text=0, told=0,
+              told_chars=80, out_sim=0, told_sim=0, tools=(), error=0, content=True, request=None,
+              finish=None) -> Call:
+    """An LLM call as the view writes it with the progress fingerprints: ``text`` its normalized reply, ``told`` its
+    new input, ``tools`` the (name, args_fp) it asks for; times in seconds from ``t0``."""
+    ts = t0 + int((at if at is not None else i * 3.0) * 1e9)
+    names = tuple(n for n, _ in tools)
+    return Call(
+        ts_ns=ts, end_ns=ts + int(duration * 1e9), trace_id=trace, span_id=f"{trace}-llm-{i:04d}", session_id=session,
+        input_tokens=tokens[0], output_tokens=tokens[1], has_content=content, is_error=bool(error),
+        error_fp=error, error_type="E" if error else "", request_fp=request if request is not None else 1000 + i,
+        output_fp=text if content else 0, output_norm_simhash=out_sim if content else 0,
+        observation_fp=told if content else 0, observation_simhash=told_sim if content else 0,
+        observation_chars=told_chars if content and told else 0, out_tool_names=names,
+        out_tool_fps=tuple(fp for _, fp in tools) if content else (),
+        finish_reasons=finish if finish is not None else (("tool_calls",) if tools else ("stop",)),
+    )
+
+
+def agent_tool(i: int, name: str, *, trace="t1", t0=T0, at=None, duration=0.1, args=1, result=0, result_sim=0,
+               result_chars=300, empty=False, error=0, args_sim=0, content=True) -> Call:
+    """An execute_tool span with the progress fingerprints (``args``/``result`` normalized; 0: not captured)."""
+    ts = t0 + int((at if at is not None else i * 3.0 + 1.0) * 1e9)
+    return Call(
+        ts_ns=ts, end_ns=ts + int(duration * 1e9), trace_id=trace, span_id=f"{trace}-tool-{i:04d}", session_id=trace,
+        session_source="trace", operation="execute_tool", call_kind="tool", tool_name=name,
+        tool_fp=(args * 31 + 7) if content else 5000 + len(name), args_fp=args if content else 0,
+        args_simhash=args_sim if content else 0, observation_fp=result if content and not error else 0,
+        observation_simhash=result_sim if content and not error else 0,
+        observation_chars=result_chars if content and result and not error else 0,
+        observation_empty=empty and content, is_error=bool(error), error_fp=error, error_type="E" if error else "",
+    )
