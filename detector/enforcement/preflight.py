@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
+from loop_detector_sdk.fingerprint import canonical_json
 
 from detector.core.decisions import Decision
 from detector.core.rules import find_repeat
@@ -60,26 +61,71 @@ def fingerprint_int(text: str) -> int:
     return value or 1
 
 
-def canonical_arguments(arguments: Any) -> str:
-    """Tool arguments as canonical JSON (sorted keys): a JSON string is parsed first, so ``'{"b":1,"a":2}'``
-    and ``{"a": 2, "b": 1}`` are the same call; anything else that is not JSON is taken as it is.
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # as JSON.parse refuses NaN and Infinity
 
-    Total: tool arguments come from the model, so any value must give a fingerprint, never an error (an error
-    here was a 500 from ``/v1/check``, and an SDK failing open let a blocked session through). orjson refuses
-    integers beyond 64 bits and nesting deeper than 255; the standard library's encoder writes both."""
-    if isinstance(arguments, str):
-        try:
-            arguments = orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            return arguments
+
+def _parse(text: str) -> Any:
+    """A JSON string's value as ``JSON.parse`` reads it (integers beyond 2**53 as the nearest double, a number
+    beyond the doubles as infinity); ``text`` itself when it is not JSON."""
     try:
-        return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:  # orjson.JSONEncodeError: a big integer, deep nesting
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # a number beyond the doubles, nesting deeper than orjson's limit, not JSON
         pass
     try:
-        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        return repr(arguments)
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return text
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """Tool arguments as the SDKs' canonical JSON (:func:`loop_detector_sdk.fingerprint.canonical_json`: what
+    ``JSON.stringify`` writes, keys sorted by code point): a JSON string is parsed first, so ``'{"b":1,"a":2}'``
+    and ``{"a": 2, "b": 1}`` are the same call, and numbers are doubles, so ``1.0`` from a Python agent and
+    ``1`` from a JavaScript one are the same argument (``sdk/test-vectors/fingerprints.json``, ``tool_arguments``).
+
+    Total: tool arguments come from the model, so any value must give a fingerprint, never an error (an error
+    here was a 500 from ``/v1/check``, and an SDK failing open let a blocked session through): integers beyond
+    64 bits are rounded like any other beyond 2**53, beyond the doubles they are null; nesting too deep for the
+    canonical writer falls back to the standard library's encoder."""
+    if isinstance(arguments, str):
+        arguments = _parse(arguments)  # not JSON: the text itself is the argument
+    try:
+        return canonical_json(arguments)
+    except RecursionError:
+        return _deep_canonical(arguments)
+
+
+class _Text(str):
+    """Punctuation on :func:`_deep_canonical`'s stack (not a value to write)."""
+
+
+def _deep_canonical(value: Any) -> str:
+    """The canonical text of a value nested too deep for the recursive writer, with an explicit stack (lists
+    and dicts walked here, every other value written by :func:`canonical_json`)."""
+    out: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is _Text:
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            stack.append(_Text("]"))
+            for i, item in enumerate(reversed(v)):
+                stack.extend((_Text(","), item) if i else (item,))
+            stack.append(_Text("["))
+        elif isinstance(v, dict):
+            items = sorted(((k if isinstance(k, str) else canonical_json(k).strip('"'), x) for k, x in v.items()),
+                           key=lambda kv: kv[0])
+            stack.append(_Text("}"))
+            for i, (k, x) in enumerate(reversed(items)):
+                if i:
+                    stack.append(_Text(","))
+                stack.extend((x, _Text(canonical_json(k) + ":")))
+            stack.append(_Text("{"))
+        else:
+            out.append(canonical_json(v))
+    return "".join(out)
 
 
 def tool_fingerprint(name: str, arguments: Any) -> int:

@@ -9,6 +9,7 @@ nesting, odd floats, any Unicode. Hypothesis generates them (a fixed number of e
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 from urllib.parse import urlsplit
@@ -18,7 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.enforcement import admin_headers, make_config, uid
+from support.sdk import VECTORS
 
+from detector.enforcement.preflight import canonical_arguments, tool_fingerprint
 from detector.service.process import running_service
 
 RULES = [{"name": "stop-tool-loop", "detector": "failure_loop", "action": "block", "params": {"same_tool_repeats": 3}}]
@@ -51,6 +54,39 @@ def test_big_integer_arguments_still_trip_an_enforced_blocking_rule(svc):
     codes = [client.post("/v1/check", json={"session_id": session, "trace_id": trace, "pending": {
         "tool_name": "charge", "tool_arguments": {"amount": BIG}}}).status_code for _ in range(5)]
     assert codes == [200, 200, 429, 429, 429]
+
+
+TOOL_VECTORS = json.loads(VECTORS.read_text(encoding="utf-8"))["tool_arguments"]
+
+
+def test_tool_arguments_canonicalize_as_the_sdks_do():
+    """The shared vectors (the SDKs' suites check the same ``canonical``): from the JSON text and from the value
+    Python parses it to (``1.0`` a float, 2**70 an int), the same canonical text and so the same fingerprint."""
+    assert len(TOOL_VECTORS) >= 5
+    for v in TOOL_VECTORS:
+        parsed = json.loads(v["json"])
+        assert canonical_arguments(v["json"]) == v["canonical"], v["name"]
+        assert canonical_arguments(parsed) == v["canonical"], v["name"]
+        assert tool_fingerprint(v["tool_name"], parsed) == tool_fingerprint(v["tool_name"], v["canonical"])
+    deep: object = 1
+    for _ in range(5000):  # deeper than the recursive writer goes: still an answer
+        deep = [deep]
+    assert canonical_arguments(deep) == "[" * 5000 + "1" + "]" * 5000
+
+
+def test_a_tool_call_is_one_call_whichever_language_wrote_its_numbers(svc):
+    """The same tool call as Python writes it (``1.0``, every digit of 2**70), as JavaScript does (``1``, the
+    nearest double), and as a JSON string: three times the same call, so the blocking rule refuses the third."""
+    _, client, _ = svc
+    for v in TOOL_VECTORS:
+        ids = json.dumps({"session_id": uid("mixed"), "trace_id": uid("trace")})[:-1]
+        name = json.dumps(v["tool_name"])
+        bodies = [f'{ids}, "pending": {{"tool_name": {name}, "tool_arguments": {v["json"]}}}}}',
+                  f'{ids}, "pending": {{"tool_name": {name}, "tool_arguments": {v["canonical"]}}}}}',
+                  f'{ids}, "pending": {{"tool_name": {name}, "tool_arguments": {json.dumps(v["json"])}}}}}']
+        codes = [client.post("/v1/check", content=b, headers={"content-type": "application/json"}).status_code
+                 for b in bodies]
+        assert codes == [200, 200, 429], (v["name"], codes)
 
 
 json_values = st.recursive(

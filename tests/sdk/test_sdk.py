@@ -70,6 +70,16 @@ def test_the_shared_fingerprint_vectors():
         assert request_fingerprint(v["model"], v["messages"], **extra) == v["sha256"], v["name"]
 
 
+def test_the_shared_tool_argument_vectors():
+    """``tool_arguments`` of the shared file: the arguments as Python's json reads them (``1.0`` a float, 2**70 an
+    int), canonical as JavaScript writes them; the TypeScript suite and the service's pre-flight check the same."""
+    vectors = json.loads(VECTORS.read_text(encoding="utf-8"))["tool_arguments"]
+    assert len(vectors) >= 5
+    for v in vectors:
+        assert canonical_json(json.loads(v["json"])) == v["canonical"], v["name"]
+    assert canonical_json({"n": 1.0, "big": 2**70, "huge": 10**400}) == '{"big":1.1805916207174113e+21,"huge":null,"n":1}'
+
+
 def test_canonical_json_of_python_values():
     """What JSON has no literal for is written the way JSON.stringify would see the same data."""
     class Color(enum.IntEnum):

@@ -1,8 +1,10 @@
 """The TypeScript SDK (sdk/typescript): installed with ``npm ci`` (node_modules is kept while the lockfile is
 unchanged), built with ``tsc``, and tested with node's own test runner against a real running service this
 test starts on free ports, with sessions driven to each decision by real spans beforehand (warn, throttle,
-inject, block), a session blocked by an admin, a $0 budget, and a trace whose first three identical requests
-the Python SDK sent (the TypeScript side sends the fourth, with its own fingerprint of the same request).
+inject, block), a session blocked by an admin, a revoked key, a $0 budget, and a trace whose first three identical
+requests the Python SDK sent (the TypeScript side sends the fourth, with its own fingerprint of the same request).
+A second service, ``loop-detector serve`` in a child process with ``api.require_api_token: always``, is there for
+the API token tests; its token is in the node process's ``$LOOP_DETECTOR_API_TOKEN``, which the SDK reads.
 
 Also: Python's ``js_number`` (the canonical fingerprint's numbers) against node's own ``String(x)`` on random
 doubles. Skipped only when node or npm is missing."""
@@ -13,6 +15,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import struct
 
@@ -22,6 +25,7 @@ from loop_detector_sdk import LoopGuard, pending_request, request_fingerprint
 from loop_detector_sdk.fingerprint import js_number
 from support.enforcement import FAST_LEVELS, admin_headers, agent, make_config, uid
 from support.sdk import BUDGETS, RULES, SDK_TYPESCRIPT, npm_ci, run
+from support.serve_process import ServeProcess
 
 from detector.service.process import running_service
 
@@ -37,18 +41,36 @@ def built() -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
 
 
+API_TOKEN = "ts-api-token-" + secrets.token_hex(16)
+
+
 @pytest.fixture(scope="module")
-def fixture_file(tmp_path_factory, built):
+def token_service(tmp_path_factory):
+    """``loop-detector serve`` needing the API token (a child process: chDB opens one data directory per process)."""
+    base = tmp_path_factory.mktemp("ts-token")
+    config = base / "config.yaml"
+    config.write_text(json.dumps({"api": {"require_api_token": "always"}}))  # JSON is YAML
+    with ServeProcess(base / "data", config, env={"LOOP_DETECTOR_API_TOKEN": API_TOKEN}) as proc:
+        assert httpx.get(proc.api + "/v1/blocklist").status_code == 401
+        yield proc.api
+
+
+@pytest.fixture(scope="module")
+def fixture_file(tmp_path_factory, built, token_service):
     config = make_config(rules=RULES, budgets=BUDGETS, loop_detection=FAST_LEVELS)
     with running_service(config, tmp_path_factory.mktemp("ts")) as (service, eps):
-        sessions = {}
+        sessions, traces = {}, {}
         for action in ("warn", "throttle", "inject", "block"):
             sessions[action] = uid(f"ts-{action}")
             with agent(eps.otlp, eps.api, sessions[action]) as a:
                 a.drive_to(action)
+                traces[action] = a.trace_id
         sessions["adminBlocked"] = uid("ts-admin")
         r = httpx.post(f"{eps.api}/admin/loop-detection/sessions/{sessions['adminBlocked']}/block",
                        headers=admin_headers(service))
+        assert r.status_code == 200
+        revoked = uid("ts-revoked-key")
+        r = httpx.post(f"{eps.api}/admin/loop-detection/keys/{revoked}/revoke", headers=admin_headers(service))
         assert r.status_code == 200
 
         # three identical requests through the Python SDK; the TypeScript test sends the fourth
@@ -62,19 +84,22 @@ def fixture_file(tmp_path_factory, built):
                                 pending=pending_request(model, messages))
                 assert not d.blocked  # (the third is a warn: the notify rule watch-repeat)
         path = tmp_path_factory.mktemp("ts-fixture") / "fixture.json"
-        path.write_text(json.dumps({"api": eps.api, "sessions": sessions, "crossLanguage": cross}))
+        path.write_text(json.dumps({"api": eps.api, "sessions": sessions, "traces": traces, "revokedKey": revoked,
+                                    "crossLanguage": cross, "tokenApi": token_service}))
         yield path
 
 
 def test_the_typescript_sdk_passes_its_tests_against_the_service(fixture_file):
-    env = {**os.environ, "LOOP_DETECTOR_TS_FIXTURE": str(fixture_file), "NODE_OPTIONS": ""}
+    env = {**os.environ, "LOOP_DETECTOR_TS_FIXTURE": str(fixture_file), "NODE_OPTIONS": "",
+           "LOOP_DETECTOR_API_TOKEN": API_TOKEN}
     out = run([NODE, "--test", "--test-reporter=tap", "test/"], timeout=600, cwd=str(SDK_TYPESCRIPT), env=env)
     report = out.stdout + out.stderr
     assert out.returncode == 0, report[-6000:]
     counts = {k: int(v) for k, v in re.findall(r"^# (pass|fail|skipped|cancelled|todo) (\d+)$", report, re.M)}
     assert counts.get("fail") == 0 and counts.get("cancelled") == 0, counts
     assert counts.get("skipped") == 0, "a test was skipped: " + report[-4000:]
-    assert counts.get("pass", 0) >= 20, counts
+    assert counts.get("pass", 0) >= 30, counts
+    assert re.search(r"^ok \d+ - fail safe against the live service$", report, re.M), report[-4000:]
 
 
 def test_js_number_is_javascripts_number_to_string(built):

@@ -53,6 +53,7 @@ class Agent:
     virtual_key: str | None = None
     feature: str | None = None
     step: Any = looping_step
+    api_headers: dict[str, str] = field(default_factory=dict)  # e.g. the API token, when the service needs it
     i: int = 0
     trace_id: str = ""
     _t: int = 0
@@ -84,7 +85,7 @@ class Agent:
 
     def decision(self) -> dict[str, Any]:
         params = {"session_id": self.session_id}
-        return httpx.get(f"{self.api}/v1/decision", params=params).json()
+        return httpx.get(f"{self.api}/v1/decision", params=params, headers=self.api_headers).json()
 
     def drive_to(self, action: str, max_calls: int = 12) -> dict[str, Any]:
         """Loop until the session's decision is ``action``; returns that decision."""

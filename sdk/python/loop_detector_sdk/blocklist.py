@@ -1,7 +1,12 @@
 """A local copy of the service's block list (``GET /v1/blocklist``), refreshed in the background with
 ``If-None-Match`` (a ``304`` costs no body), so a check for a blocked scope is refused without a network
-round trip. Entries expire on their own ``expires_at``; the whole copy is ignored once it is older than
-``max_stale`` seconds (the service could not be reached: better ask it than trust an old list)."""
+round trip. Entries expire on their own ``expires_at``.
+
+Staleness is asymmetric. Before a check, the copy is trusted only while it is at most ``max_stale`` seconds
+old: a list that old may miss an unblock, and the service can be asked instead. After a check that *failed*
+(the service unreachable, slow or answering nonsense), any copy still blocks, however old (``stale_ok``):
+a block is lifted by an admin or by its own expiry, never by an outage. Fail open is for the scopes the
+service said nothing about, not a way around a block it already announced."""
 
 from __future__ import annotations
 
@@ -60,9 +65,10 @@ class LocalBlocklist:
         return True
 
     def match(self, session_id: str | None, trace_id: str | None = None, virtual_key: str | None = None,
-              feature: str | None = None, now: float | None = None) -> BlockEntry | None:
-        """The entry that blocks a call in these scopes (an id, or ``*`` for every id of a scope), if any."""
-        if not self.fresh:
+              feature: str | None = None, now: float | None = None, stale_ok: bool = False) -> BlockEntry | None:
+        """The entry that blocks a call in these scopes (an id, or ``*`` for every id of a scope), if any.
+        ``stale_ok``: consult the copy however old it is (the service could not be asked: see the module)."""
+        if self.fetched_at is None or not (stale_ok or self.fresh):
             return None
         by_scope = self._by_scope
         now = now if now is not None else time.time()

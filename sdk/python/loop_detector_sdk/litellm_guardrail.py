@@ -9,7 +9,8 @@ In the proxy's ``config.yaml``::
           mode: pre_call
           default_on: true
           api_base: http://127.0.0.1:8080        # or $LOOP_DETECTOR_URL
-          # api_key: ...                          # or $LOOP_DETECTOR_API_KEY (sent as a Bearer token)
+          # api_key: ...                          # or $LOOP_DETECTOR_API_KEY, else $LOOP_DETECTOR_API_TOKEN:
+          #                                         the service's API token (a Bearer token)
 
 Before each request (chat completions, the Responses API, Anthropic's ``/v1/messages``) the guardrail asks
 loop-detector with the pending request's fingerprint, the same one the client-side guards send (model +

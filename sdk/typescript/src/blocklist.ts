@@ -1,8 +1,12 @@
 /**
  * A local copy of the service's block list (`GET /v1/blocklist`), refreshed with `If-None-Match` (a `304`
  * costs no body), so a check for a blocked scope is refused without a network round trip. Entries expire
- * on their own `expires_at`; the whole copy is ignored once it is older than `maxStaleMs` (the service
- * could not be reached: better ask it than trust an old list).
+ * on their own `expires_at`.
+ *
+ * Staleness is asymmetric. Before a check, the copy is trusted only while at most `maxStaleMs` old: a list
+ * that old may miss an unblock, and the service can be asked instead. After a check that *failed* (the
+ * service unreachable, slow or answering nonsense), any copy still blocks, however old (`staleOk`): a block
+ * is lifted by an admin or by its own expiry, never by an outage.
  */
 
 export type Scope = 'session' | 'trace' | 'key' | 'feature';
@@ -82,9 +86,12 @@ export class LocalBlocklist {
     return true;
   }
 
-  /** The entry that blocks a call in these scopes (an id, or `*` for every id of a scope), if any. */
-  match(ids: ScopeIds, nowSeconds: number = Date.now() / 1000): BlockEntry | undefined {
-    if (!this.fresh) return undefined;
+  /**
+   * The entry that blocks a call in these scopes (an id, or `*` for every id of a scope), if any.
+   * `staleOk`: consult the copy however old it is (the service could not be asked: see the module).
+   */
+  match(ids: ScopeIds, nowSeconds: number = Date.now() / 1000, staleOk = false): BlockEntry | undefined {
+    if (this.fetchedAt === undefined || !(staleOk || this.fresh)) return undefined;
     const pairs: Array<[Scope, string | undefined]> = [
       ['session', ids.sessionId], ['trace', ids.traceId], ['key', ids.virtualKey], ['feature', ids.feature],
     ];

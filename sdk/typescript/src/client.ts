@@ -31,6 +31,43 @@ import {
 export const DEFAULT_INSTRUCTION = 'Loop detected. You are repeating the same actions without progress. Stop the '
   + 'current approach, summarize what you have tried, and propose a fundamentally different strategy.';
 export const WARN_EVERY_MS = 10_000;
+/** The environment variable the service reads its API token from; the guard reads it too (Node). */
+export const API_TOKEN_ENV = 'LOOP_DETECTOR_API_TOKEN';
+
+type FailureKind = 'outage' | 'auth';
+
+/** `$LOOP_DETECTOR_API_TOKEN` where the runtime has an environment (guarded: edge runtimes have no `process`,
+ * Deno throws without the permission). */
+function envToken(): string | undefined {
+  try {
+    const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+    const value = proc?.env?.[API_TOKEN_ENV];
+    return typeof value === 'string' && value ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The service answered, but not with a body this SDK understands. */
+class Undecodable extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'Undecodable';
+  }
+}
+
+function parseObject(text: string, status: number): Record<string, unknown> {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    throw new Undecodable(`HTTP ${status}, a body that is not JSON`);
+  }
+  if (!data || typeof data !== 'object' || Array.isArray(data)) {
+    throw new Undecodable(`HTTP ${status}, a body that is not a JSON object`);
+  }
+  return data as Record<string, unknown>;
+}
 
 interface Answer {
   status: number;
@@ -43,20 +80,30 @@ export type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
 export interface Logger {
   warn(message: string, details?: Record<string, unknown>): void;
   info?(message: string, details?: Record<string, unknown>): void;
+  /** a configuration error (the API token refused); default: `warn` */
+  error?(message: string, details?: Record<string, unknown>): void;
 }
 
 export interface LoopGuardOptions {
   /** the API's base URL, e.g. `http://127.0.0.1:8080` */
   endpoint: string;
-  /** sent as `Authorization: Bearer ...` */
+  /**
+   * the service's API token (`api.api_token`, `$LOOP_DETECTOR_API_TOKEN` or `<data-dir>/api-token` on its side;
+   * needed when its API listens beyond loopback), sent as `Authorization: Bearer ...` with every check and
+   * block list refresh; default: `process.env.LOOP_DETECTOR_API_TOKEN` where there is one; `''`: none
+   */
   apiKey?: string;
   /** per check (default 500 ms) */
   timeoutMs?: number;
-  /** when the API cannot be reached: let the call proceed (true, the default) or refuse it */
+  /**
+   * when the API cannot be asked and the cached block list does not block the scope: let the call proceed
+   * (true, the default) or refuse it
+   */
   failOpen?: boolean;
   /** how old the cached block list may get before a check refreshes it (default 2000); null: no cache */
   blocklistIntervalMs?: number | null;
-  /** ignore the cached block list once older than this (default 10 x the interval) */
+  /** before a check, ignore the cached block list once older than this (default 10 x the interval); after a
+   * failed check it still blocks */
   maxStaleMs?: number;
   /** the fetch to use (default: the global one) */
   fetch?: FetchLike;
@@ -66,9 +113,12 @@ export interface LoopGuardOptions {
   logger?: Logger | null;
 }
 
-/** The scopes of a check. `sessionId` is required; the others narrow or widen what may block it. */
+/**
+ * The scopes of a check. `sessionId` or `traceId` is required (a trace alone: the service uses the session
+ * it knows for it); the others narrow or widen what may block it.
+ */
 export interface CheckIds {
-  sessionId: string;
+  sessionId?: string;
   traceId?: string;
   virtualKey?: string;
   feature?: string;
@@ -79,7 +129,7 @@ export interface CheckOptions extends CheckIds {
   pending?: Pending;
 }
 
-const defaultLogger: Logger = { warn: (m, d) => console.warn(m, d ?? '') };
+const defaultLogger: Logger = { warn: (m, d) => console.warn(m, d ?? ''), error: (m, d) => console.error(m, d ?? '') };
 const defaultSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const monotonic = (): number => (typeof performance !== 'undefined' ? performance.now() : Date.now());
 
@@ -91,13 +141,15 @@ export class LoopGuard {
   readonly blocklist: LocalBlocklist;
   /** how many checks found the API unavailable */
   failures = 0;
+  /** how many checks (and block list refreshes) were refused for the API token: 401/403 */
+  authFailures = 0;
   private readonly headers: Record<string, string>;
   private readonly fetchImpl: FetchLike;
   private readonly sleep: (ms: number) => Promise<void>;
   private readonly logger: Logger | null;
   private refreshing?: Promise<boolean>;
-  private suppressed = 0;
-  private lastWarned = -Infinity;
+  private suppressed: Record<FailureKind, number> = { outage: 0, auth: 0 };
+  private lastWarned: Record<FailureKind, number> = { outage: -Infinity, auth: -Infinity };
   private closed = false;
 
   constructor(options: LoopGuardOptions) {
@@ -107,7 +159,8 @@ export class LoopGuard {
     this.blocklistIntervalMs = options.blocklistIntervalMs === undefined ? 2000 : options.blocklistIntervalMs;
     this.blocklist = new LocalBlocklist(options.maxStaleMs ?? 10 * (this.blocklistIntervalMs ?? 3000));
     this.headers = { 'content-type': 'application/json' };
-    if (options.apiKey) this.headers.authorization = `Bearer ${options.apiKey}`;
+    const token = options.apiKey ?? envToken();
+    if (token) this.headers.authorization = `Bearer ${token}`;
     const f = options.fetch;
     // never call a global fetch as a method of this object (edge runtimes reject an unbound `this`)
     this.fetchImpl = f ?? ((input, init) => fetch(input, init));
@@ -119,28 +172,29 @@ export class LoopGuard {
   async check(options: CheckOptions): Promise<Decision> {
     const body = this.body(options);
     this.maybeRefresh();
-    const entry = this.blocklist.match(options);
-    if (entry) {
-      return refusedDecision(blockBody(body.session_id as string, entry.reason, entry.scope, entry.ruleName), 'cache');
-    }
-    const sessionId = body.session_id as string;
+    const cached = this.cached(body, false);
+    if (cached) return cached;
+    let answer: Answer;
     try {
-      const answer = await this.request('/v1/check', {
+      answer = await this.request('/v1/check', {
         method: 'POST', headers: this.headers, body: JSON.stringify(body),
       }, this.timeoutMs);
-      const warning = answer.headers.get('x-loop-warning') ?? undefined;
-      if (answer.status === 200) {
-        return decisionFromJson(JSON.parse(answer.text) as Record<string, unknown>, warning);
-      }
+    } catch (err) {
+      return this.unavailable(body, err instanceof Error ? err.name : 'error');
+    }
+    const warning = answer.headers.get('x-loop-warning') ?? undefined;
+    try {
+      if (answer.status === 200) return decisionFromJson(parseObject(answer.text, 200), warning);
       if (answer.status === 429) {
         const retry = Number(answer.headers.get('retry-after') ?? 60);
-        return refusedDecision(JSON.parse(answer.text) as BlockedBody, 'server', Number.isFinite(retry) ? retry : 60,
-          warning);
+        return refusedDecision(parseObject(answer.text, 429) as unknown as BlockedBody, 'server',
+          Number.isFinite(retry) ? retry : 60, warning);
       }
-      return this.unavailable(sessionId, `HTTP ${answer.status}`);
     } catch (err) {
-      return this.unavailable(sessionId, err instanceof Error ? err.name : 'error');
+      return this.unavailable(body, err instanceof Error ? err.message : 'undecodable body');
     }
+    if (answer.status === 401 || answer.status === 403) return this.unavailable(body, `HTTP ${answer.status}`, 'auth');
+    return this.unavailable(body, `HTTP ${answer.status}`);
   }
 
   /**
@@ -166,7 +220,12 @@ export class LoopGuard {
     if (this.blocklist.etag) headers['if-none-match'] = this.blocklist.etag;
     try {
       const answer = await this.request('/v1/blocklist', { method: 'GET', headers }, Math.max(1000, this.timeoutMs));
-      const body = answer.status === 200 ? JSON.parse(answer.text) as Record<string, unknown> : undefined;
+      if (answer.status === 401 || answer.status === 403) {
+        this.authFailures += 1;
+        this.logFailure('auth', `HTTP ${answer.status} for the block list`, 'the block list is not cached', '');
+        return false;
+      }
+      const body = answer.status === 200 ? parseObject(answer.text, 200) : undefined;
       return this.blocklist.apply(answer.status, answer.headers.get('etag'), body);
     } catch {
       return false;
@@ -190,10 +249,11 @@ export class LoopGuard {
   }
 
   private body(options: CheckOptions): Record<string, unknown> {
-    if (!options || !options.sessionId) {
-      throw new TypeError('sessionId is required');
+    if (!options || (!options.sessionId && !options.traceId)) {
+      throw new TypeError('sessionId or traceId is required');
     }
-    const body: Record<string, unknown> = { session_id: options.sessionId };
+    const body: Record<string, unknown> = {};
+    if (options.sessionId) body.session_id = options.sessionId;
     if (options.traceId) body.trace_id = options.traceId;
     if (options.virtualKey) body.virtual_key = options.virtualKey;
     if (options.feature) body.feature = options.feature;
@@ -217,24 +277,59 @@ export class LoopGuard {
     }
   }
 
-  private unavailable(sessionId: string, why: string): Decision {
+  /** The id a locally made answer names: the session, else the trace. */
+  private static scopeId(body: Record<string, unknown>): string {
+    return String(body.session_id ?? body.trace_id ?? '');
+  }
+
+  private cached(body: Record<string, unknown>, staleOk: boolean): Decision | undefined {
+    const entry = this.blocklist.match({
+      sessionId: body.session_id as string | undefined, traceId: body.trace_id as string | undefined,
+      virtualKey: body.virtual_key as string | undefined, feature: body.feature as string | undefined,
+    }, Date.now() / 1000, staleOk);
+    if (!entry) return undefined;
+    return refusedDecision(blockBody(LoopGuard.scopeId(body), entry.reason, entry.scope, entry.ruleName), 'cache');
+  }
+
+  /** The check failed: the cached block list (however stale), then the fail mode. */
+  private unavailable(body: Record<string, unknown>, why: string, kind: FailureKind = 'outage'): Decision {
     this.failures += 1;
-    const t = monotonic();
-    const mode = this.failOpen ? 'fail open: the call proceeds' : 'fail closed: the call is refused';
-    if (t - this.lastWarned >= WARN_EVERY_MS) {
-      this.logger?.warn(`loop-detector enforcement endpoint unavailable (${why}); ${mode}`,
-        { endpoint: this.endpoint, sessionId, suppressed: this.suppressed });
-      this.lastWarned = t;
-      this.suppressed = 0;
-    } else {
-      this.suppressed += 1;
-    }
+    if (kind === 'auth') this.authFailures += 1;
+    const scopeId = LoopGuard.scopeId(body);
+    const cached = this.cached(body, true);
+    let mode: string;
+    if (cached) mode = `the cached block list still refuses the call (${cached.reason})`;
+    else mode = this.failOpen ? 'fail open: the call proceeds' : 'fail closed: the call is refused';
+    this.logFailure(kind, why, mode, scopeId);
+    if (cached) return cached;
     if (this.failOpen) {
       return {
         action: 'allow', level: 'none', confidence: 0, dominantSignal: 'none', detector: 'none', scope: 'session',
-        reason: REASON_UNAVAILABLE, ruleName: '', delaySeconds: 0, instruction: '', sessionId, source: 'fail_open',
+        reason: REASON_UNAVAILABLE, ruleName: '', delaySeconds: 0, instruction: '', sessionId: scopeId,
+        source: 'fail_open',
       };
     }
-    return refusedDecision(blockBody(sessionId, REASON_UNAVAILABLE), 'fail_closed', null);
+    return refusedDecision(blockBody(scopeId, REASON_UNAVAILABLE), 'fail_closed', null);
+  }
+
+  private logFailure(kind: FailureKind, why: string, mode: string, sessionId: string): void {
+    const t = monotonic();
+    if (t - this.lastWarned[kind] < WARN_EVERY_MS) {
+      this.suppressed[kind] += 1;
+      return;
+    }
+    const details = { endpoint: this.endpoint, sessionId, suppressed: this.suppressed[kind] };
+    if (kind === 'auth') {
+      const given = this.headers.authorization ? 'the API token it was sent' : 'a missing API token';
+      const message = `loop-detector refused ${given} (${why}): a configuration error, not an outage. Pass the `
+        + `service's API token as apiKey or set $${API_TOKEN_ENV} (the service's api.api_token, $${API_TOKEN_ENV} `
+        + `or <data-dir>/api-token); until then: ${mode}`;
+      if (this.logger?.error) this.logger.error(message, details);
+      else this.logger?.warn(message, details);
+    } else {
+      this.logger?.warn(`loop-detector enforcement endpoint unavailable (${why}); ${mode}`, details);
+    }
+    this.lastWarned[kind] = t;
+    this.suppressed[kind] = 0;
   }
 }

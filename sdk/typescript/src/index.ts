@@ -16,6 +16,7 @@
 
 export { type BlockEntry, LocalBlocklist, type Scope, type ScopeIds } from './blocklist.js';
 export {
+  API_TOKEN_ENV,
   type CheckIds,
   type CheckOptions,
   DEFAULT_INSTRUCTION,

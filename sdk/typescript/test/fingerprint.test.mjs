@@ -23,6 +23,14 @@ test('the shared vectors: canonical text and sha256', () => {
   }
 });
 
+test('the shared tool-argument vectors: integral floats, integers beyond 2**53, beyond the doubles', () => {
+  // `json` is the arguments as an agent wrote them (Python writes 1.0, JavaScript 1): parsed, then canonical
+  assert.ok(vectors.tool_arguments.length >= 5);
+  for (const v of vectors.tool_arguments) {
+    assert.equal(canonicalJson(JSON.parse(v.json)), v.canonical, v.name);
+  }
+});
+
 test('sha256 matches node:crypto on every length around the block boundaries, and on random data', () => {
   for (let n = 0; n < 300; n++) {
     const data = randomBytes(n);
