@@ -228,49 +228,53 @@ class DetectorJob:
 
     def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
         started = time.perf_counter()
-        now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
-        cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
-        if cutoff <= self.watermark_us:
-            self._maybe_checkpoint(now_us)
-            return CycleStats(watermark_us=self.watermark_us)
-        index, count = self.shard
-        calls = Call.from_columns(self.store.arrow(
-            SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
-        ).to_pydict())
-        calls = self.log_content.enrich(calls)
-        self._load_missing(calls)
+        # the store is held for the read and for the writes (not for scoring): each of their statements would
+        # otherwise wait behind an ingest insert (Store.exclusive)
+        with self.store.exclusive():
+            now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
+            cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
+            if cutoff <= self.watermark_us:
+                self._maybe_checkpoint(now_us)
+                return CycleStats(watermark_us=self.watermark_us)
+            index, count = self.shard
+            calls = Call.from_columns(self.store.arrow(
+                SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
+            ).to_pydict())
+            calls = self.log_content.enrich(calls)
+            self._load_missing(calls)
         read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)
         scored = time.perf_counter()
         self._remember_unsaved(out.dirty)
-        if not replay:
-            token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
-            insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
-                                                        "value": f"{self.watermark_us}:{cutoff}",
-                                                        "version": self.version()}])
-            if len(out.scores):
-                self.store.insert_arrow("otel.loop_scores", score_table(out.scores),
-                                        {"insert_deduplication_token": "scores:" + token})
-            if out.events:
-                self.store.insert_arrow("otel.loop_events", event_table(out.events),
-                                        {"insert_deduplication_token": "events:" + token})
-            announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
-            if announced:
-                self.store.insert_arrow("otel.loop_events", event_table(announced))
-                out.events.extend(announced)
-        version = self.version()
-        if out.decisions:
-            self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))
-        if out.rebound:
-            self._withdraw_fallback_sessions([trace_id for trace_id, _ in out.rebound], version)
-        self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
-        self.watermark_us = cutoff
-        if not replay:
-            self.processed_us = cutoff
-            insert_rows(self.store, "otel.loop_meta",
-                        [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
-        written = time.perf_counter()
-        self._maybe_checkpoint(now_us)
+        with self.store.exclusive():
+            if not replay:
+                token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
+                insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
+                                                            "value": f"{self.watermark_us}:{cutoff}",
+                                                            "version": self.version()}])
+                if len(out.scores):
+                    self.store.insert_arrow("otel.loop_scores", score_table(out.scores),
+                                            {"insert_deduplication_token": "scores:" + token})
+                if out.events:
+                    self.store.insert_arrow("otel.loop_events", event_table(out.events),
+                                            {"insert_deduplication_token": "events:" + token})
+                announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
+                if announced:
+                    self.store.insert_arrow("otel.loop_events", event_table(announced))
+                    out.events.extend(announced)
+            version = self.version()
+            if out.decisions:
+                self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))
+            if out.rebound:
+                self._withdraw_fallback_sessions([trace_id for trace_id, _ in out.rebound], version)
+            self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
+            self.watermark_us = cutoff
+            if not replay:
+                self.processed_us = cutoff
+                insert_rows(self.store, "otel.loop_meta",
+                            [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
+            written = time.perf_counter()
+            self._maybe_checkpoint(now_us)
         newest = max((c.inserted_us for c in calls), default=cutoff)
         ended = time.perf_counter()
         stats = CycleStats(

@@ -18,6 +18,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -81,6 +82,12 @@ class Store(Protocol):
         clients send them), ``database`` is the one unqualified names resolve in."""
         ...
 
+    def exclusive(self) -> AbstractContextManager[Any]:
+        """Hold the store for a run of statements: nobody else's statement runs between them. The detector reads
+        and writes a cycle's rows this way, so that its statements are not each queued behind an ingest insert
+        (an insert runs the materialized view, a long statement; see docs/benchmarks.md)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -135,14 +142,15 @@ def _parse_json_lines(data: bytes) -> list[dict[str, Any]]:
 
 
 class ChdbStore:
-    """The embedded store: chDB over a persistent data directory, one lock for every statement."""
+    """The embedded store: chDB over a persistent data directory, one lock for every statement (reentrant: a run
+    of statements may hold it, :meth:`exclusive`)."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         from chdb import session as chdb_session
 
         self.path = Path(data_dir) / "chdb"
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         try:
             self._session = chdb_session.Session(str(self.path))
         except Exception as exc:  # chDB raises plain RuntimeErrors
@@ -209,6 +217,9 @@ class ChdbStore:
                 if switched:
                     self._session.query("USE default", "CSV")
 
+    def exclusive(self) -> AbstractContextManager[Any]:
+        return self._lock
+
     def close(self) -> None:
         with self._lock:
             self._session.close()
@@ -225,7 +236,7 @@ class ServerStore:
             self._client = clickhouse_connect.get_client(dsn=url, settings=dict(SESSION_SETTINGS))
         except Exception as exc:
             raise StoreError(f"cannot connect to ClickHouse at {redact_url(url)}: {exc}") from exc
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # one client, one statement at a time (reentrant: exclusive())
 
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         try:
@@ -273,6 +284,9 @@ class ServerStore:
         except Exception as exc:
             raise StoreError(str(exc)) from exc
         return RawResult(data)
+
+    def exclusive(self) -> AbstractContextManager[Any]:
+        return self._lock
 
     def close(self) -> None:
         self._client.close()
