@@ -30,7 +30,6 @@ import json
 import os
 import queue
 import random
-import re
 import signal
 import socket
 import statistics
@@ -46,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+from doc_sections import write_section  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
@@ -400,12 +400,7 @@ def analysis(m: dict[str, float]) -> str:
 
 
 def update_docs(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    block = f"{SECTION}\n\n{text.rstrip()}\n\n"
-    new = pattern.sub(lambda _: block, current) if pattern.search(current) else current.rstrip() + "\n\n" + block
-    path.write_text(new.rstrip() + "\n")
+    write_section(ROOT / "docs" / "benchmarks.md", SECTION, text)
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
+from doc_sections import write_section  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
@@ -249,18 +250,9 @@ def main() -> None:
     out = table(baseline, results, args.sessions)
     print(out)
     if args.update_docs:
-        doc = ROOT / "docs" / "benchmarks.md"
-        text = doc.read_text()
         command = (f"`.venv/bin/python bench/lag.py --rates {args.rates} --sessions {args.sessions} "
                    f"--seconds {args.seconds:g}`")
-        section = f"{SECTION}\n\n{command}\n\n{out}\n"
-        if SECTION in text:
-            head, rest = text.split(SECTION, 1)
-            tail = rest.split("\n## ", 1)
-            text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
-        else:
-            text = text.rstrip() + "\n\n" + section
-        doc.write_text(text)
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, f"{command}\n\n{out}")
 
 
 if __name__ == "__main__":

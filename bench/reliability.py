@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
+from doc_sections import write_section  # noqa: E402
 from support.otlp_load import Senders, audit_store  # noqa: E402
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
@@ -443,17 +444,8 @@ def main() -> None:
         tables.append("\n".join(lines))
         print(tables[-1] + "\n", flush=True)
     if args.update_docs:
-        doc = ROOT / "docs" / "reliability.md"
-        text = doc.read_text()
         command = f"`.venv/bin/python bench/reliability.py --probes {args.probes} --runs {args.runs}`"
-        section = f"{SECTION}\n\n{command}\n\n" + "\n\n".join(tables) + "\n"
-        if SECTION in text:
-            head, rest = text.split(SECTION, 1)
-            tail = rest.split("\n## ", 1)
-            text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
-        else:
-            text = text.rstrip() + "\n\n" + section
-        doc.write_text(text)
+        write_section(ROOT / "docs" / "reliability.md", SECTION, f"{command}\n\n" + "\n\n".join(tables))
 
 
 if __name__ == "__main__":
