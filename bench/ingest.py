@@ -391,7 +391,7 @@ def analysis(m: dict[str, float]) -> str:
         "SimHash of the messages), which runs on another thread without the GIL. The two overlap on the 2 CPUs "
         f"(together with the load generator they used {m['cpu_share'] * 100:.0f}% of the machine), and the store "
         f"was inserting {m['busy'] * 100:.0f}% of the run. Group commit (requests that queue during an insert go "
-        "into the next one together) matters because the view costs a fixed ~50-90 ms per insert (its SQL is "
+        "into the next one together) matters because the view costs a fixed ~300 ms per insert (~90 ms before issues 15 and 17; see 'Decision lag: why the target is missed'; its SQL is "
         "analysed and planned for every insert that brings rows), so the receiver's inserts of "
         f"{m['group']:,.0f} rows cost less per row than the baseline's one insert per request. The same rows sent as "
         f"JSONEachRow (the receiver's format until Arrow) insert at {m['json']:,.0f} spans/s: chDB parses a GenAI "
