@@ -41,6 +41,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from support.serve_process import ServeProcess
 from support.venvs import venv_python
 
 from detector.cli.main import build_parser
@@ -288,6 +289,20 @@ def test_defaults_are_the_standard_grpc_port():
     assert build_parser().parse_args(["serve"]).otlp_grpc_port == DEFAULT_GRPC_PORT
     exporter = OTLPSpanExporter()
     assert exporter._endpoint in ("localhost:4317", "http://localhost:4317"), exporter._endpoint
+
+
+def test_serve_names_the_grpc_port_it_got_and_can_go_without(tmp_path):
+    """Port 0 is a free port, as for the other listeners (the startup line says which); --no-otlp-grpc: none."""
+    with ServeProcess(tmp_path / "a") as proc:
+        line = next(line for line in proc.lines if "OTLP/gRPC on " in line)
+        port = int(line.split("OTLP/gRPC on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+        assert port != 0
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            export = channel.unary_unary(TRACES_METHOD)
+            assert ExportTraceServiceResponse.FromString(export(ExportTraceServiceRequest().SerializeToString(),
+                                                                timeout=10)) == ExportTraceServiceResponse()
+    with ServeProcess(tmp_path / "b", extra_args=("--no-otlp-grpc",)) as proc:
+        assert any("OTLP/gRPC off" in line for line in proc.lines)
 
 
 def test_opentelemetry_instrument_over_grpc_with_no_other_setting(service):
