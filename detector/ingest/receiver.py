@@ -38,8 +38,8 @@ from __future__ import annotations
 import hmac
 import logging
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import orjson
@@ -55,7 +55,6 @@ from starlette.routing import Route
 
 from detector.ingest.commit import (
     MAX_GROUP_BYTES,
-    CommitOutcome,
     Committer,
     DecodedRequest,
     IngestMetrics,
@@ -82,6 +81,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("loop_detector.ingest")
+
+T = TypeVar("T")
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -192,19 +193,6 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             media, body = JSON, orjson.dumps({"code": code, "message": message})
         return Response(body, http_status, headers=headers, media_type=media)
 
-    def export_reply(media: str, result: CommitOutcome) -> Response:
-        metrics.requests_by_status[200] += 1
-        if media == PROTOBUF:
-            response = ExportTraceServiceResponse()
-            if result.rejected:
-                response.partial_success.rejected_spans = result.rejected
-                response.partial_success.error_message = result.error_message
-            return Response(response.SerializeToString(), 200, media_type=PROTOBUF)
-        document: dict[str, Any] = {}
-        if result.rejected:
-            document["partialSuccess"] = {"rejectedSpans": str(result.rejected), "errorMessage": result.error_message}
-        return Response(orjson.dumps(document), 200, media_type=JSON)
-
     async def read_body(request: Request) -> bytes | None:
         chunks, size = [], 0
         async for chunk in request.stream():
@@ -223,7 +211,8 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         return status_reply(401, media if media in (PROTOBUF, JSON) else JSON, CODE_UNAUTHENTICATED, message,
                             headers={"WWW-Authenticate": "Bearer"})
 
-    async def export_traces(request: Request) -> Response:
+    async def checked_body(request: Request) -> tuple[str, str, bytes] | Response:
+        """Authentication, Content-Type, Content-Encoding and size checked: (media, encoding, body) or the 4xx."""
         raw_type = request.headers.get("content-type")
         media = _media_type(raw_type)
         refused = unauthenticated(request, media)
@@ -247,66 +236,24 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             return Response(status_code=400)
         if body is None:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        return media, encoding, body
+
+    async def decoded(decoder: Callable[[bytes, str, str, IngestSettings], T], body: bytes, encoding: str,
+                      media: str, what: str) -> T | Response:
+        """``decoder`` run in the decoding thread: its result, or the 4xx that the body earned (never a 500)."""
         try:
-            decoded = await anyio.to_thread.run_sync(decode_request, body, encoding, media, settings,
-                                                     limiter=decoders)
+            return await anyio.to_thread.run_sync(decoder, body, encoding, media, settings, limiter=decoders)
         except _TooLarge as exc:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
         except (_BadBody, OTLPDecodeError) as exc:
-            log.info("OTLP request rejected: %s", exc)
+            log.info("OTLP %s request rejected: %s", what, exc)
             return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
-        except Exception as exc:  # a body no decoder rule foresaw: still the sender's, never a 500
-            log.warning("OTLP request rejected: undecodable body (%s)", type(exc).__name__)
-            return status_reply(400, media, CODE_INVALID_ARGUMENT,
-                                f"body could not be decoded ({type(exc).__name__})")
-        del body
-        outcome = await committer.commit(decoded)
-        if outcome.status == COMMIT_RETRYABLE:
-            log.error("OTLP request not acknowledged: %s; %d spans (client will retry)", outcome.retry_reason,
-                      decoded.accepted)
-            return status_reply(503, media, CODE_UNAVAILABLE, outcome.retry_reason or "store unavailable",
-                                headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-        if not outcome.duplicate:
-            metrics.spans_accepted += outcome.accepted
-            metrics.spans_rejected += outcome.rejected
-        if outcome.rejected:
-            log.warning("OTLP partial success: %s", outcome.error_message)
-        return export_reply(media, outcome)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    # -- /v1/logs and /v1/metrics: the same request rules as /v1/traces ------------------------------------
-    logs_committer = LogsCommitter(store, metrics)
-
-    async def checked_body(request: Request) -> tuple[str, str, bytes] | Response:
-        """Content-Type, Content-Encoding and size checked, as for traces: (media, encoding, body) or the 4xx."""
-        raw_type = request.headers.get("content-type")
-        media = _media_type(raw_type)
-        refused = unauthenticated(request, media)
-        if refused is not None:
-            return refused
-        if media not in (PROTOBUF, JSON):
-            return status_reply(415, JSON, CODE_INVALID_ARGUMENT,
-                                f"unsupported Content-Type {raw_type!r}: send {PROTOBUF} or {JSON}")
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in COMPRESSED and encoding not in ("identity", ""):
-            return status_reply(415, media, CODE_INVALID_ARGUMENT,
-                                f"unsupported Content-Encoding {encoding!r}: send gzip, deflate or identity")
-        declared = request.headers.get("content-length", "")
-        too_large = f"request body exceeds max_body_bytes ({limit} bytes)"
-        if declared.isdigit() and int(declared) > limit:
-            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
-        try:
-            body = await read_body(request)
-        except ClientDisconnect:
-            metrics.requests_by_status[499] += 1
-            return Response(status_code=400)
-        if body is None:
-            return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
-        return media, encoding, body
+        except Exception as exc:  # a body no decoder rule foresaw: still the sender's
+            log.warning("OTLP %s request rejected: undecodable body (%s)", what, type(exc).__name__)
+            return status_reply(400, media, CODE_INVALID_ARGUMENT, f"body could not be decoded ({type(exc).__name__})")
 
     def partial_reply(media: str, response: Any, rejected_field: str, rejected: int, message: str) -> Response:
+        """A 200 in the request's encoding, with ``partial_success`` when some items were rejected."""
         metrics.requests_by_status[200] += 1
         if media == PROTOBUF:
             if rejected:
@@ -317,22 +264,44 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         document = {"partialSuccess": {camel: str(rejected), "errorMessage": message}} if rejected else {}
         return Response(orjson.dumps(document), 200, media_type=JSON)
 
+    async def export_traces(request: Request) -> Response:
+        checked = await checked_body(request)
+        if isinstance(checked, Response):
+            return checked
+        media, encoding, body = checked
+        request_rows = await decoded(decode_request, body, encoding, media, "traces")
+        del body
+        if isinstance(request_rows, Response):
+            return request_rows
+        outcome = await committer.commit(request_rows)
+        if outcome.status == COMMIT_RETRYABLE:
+            log.error("OTLP request not acknowledged: %s; %d spans (client will retry)", outcome.retry_reason,
+                      request_rows.accepted)
+            return status_reply(503, media, CODE_UNAVAILABLE, outcome.retry_reason or "store unavailable",
+                                headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if not outcome.duplicate:
+            metrics.spans_accepted += outcome.accepted
+            metrics.spans_rejected += outcome.rejected
+        if outcome.rejected:
+            log.warning("OTLP partial success: %s", outcome.error_message)
+        return partial_reply(media, ExportTraceServiceResponse(), "rejected_spans", outcome.rejected,
+                             outcome.error_message)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    # -- /v1/logs and /v1/metrics: the same request rules as /v1/traces ------------------------------------
+    logs_committer = LogsCommitter(store, metrics)
+
     async def export_logs(request: Request) -> Response:
         checked = await checked_body(request)
         if isinstance(checked, Response):
             return checked
         media, encoding, body = checked
-        try:
-            result, rows = await anyio.to_thread.run_sync(
-                decode_logs_body, body, encoding, media, settings, limiter=decoders)
-        except _TooLarge as exc:
-            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
-        except (_BadBody, OTLPDecodeError) as exc:
-            log.info("OTLP logs request rejected: %s", exc)
-            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
-        except Exception as exc:  # a body no decoder rule foresaw: still the sender's, never a 500
-            log.warning("OTLP logs request rejected: undecodable body (%s)", type(exc).__name__)
-            return status_reply(400, media, CODE_INVALID_ARGUMENT, f"body could not be decoded ({type(exc).__name__})")
+        logs = await decoded(decode_logs_body, body, encoding, media, "logs")
+        if isinstance(logs, Response):
+            return logs
+        result, rows = logs
         if result.accepted:
             try:
                 await logs_committer.commit(rows)
@@ -354,15 +323,9 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         if isinstance(checked, Response):
             return checked
         media, encoding, body = checked
-        try:
-            points = await anyio.to_thread.run_sync(_count_metrics_body, body, encoding, media, settings,
-                                                    limiter=decoders)
-        except _TooLarge as exc:
-            return status_reply(413, media, CODE_INVALID_ARGUMENT, str(exc))
-        except (_BadBody, OTLPDecodeError) as exc:
-            return status_reply(400, media, CODE_INVALID_ARGUMENT, str(exc))
-        except Exception as exc:  # never a 500
-            return status_reply(400, media, CODE_INVALID_ARGUMENT, f"body could not be decoded ({type(exc).__name__})")
+        points = await decoded(_count_metrics_body, body, encoding, media, "metrics")
+        if isinstance(points, Response):
+            return points
         return partial_reply(media, ExportMetricsServiceResponse(), "rejected_data_points", points,
                              METRICS_REFUSED if points else "")
 
