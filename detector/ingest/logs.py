@@ -45,6 +45,7 @@ from detector.ingest.otlp import (
     _Window,
     attrs_json,
     attrs_pb,
+    decode_json_document,
     gc_paused,
     value_str_json,
     value_str_pb,
@@ -194,15 +195,7 @@ def logs_from_request(request: ExportLogsServiceRequest, settings: IngestSetting
 
 def decode_logs_json(body: bytes, settings: IngestSettings | None = None, now_ns: int | None = None) -> LogDecodeResult:
     """Decode an OTLP/JSON ExportLogsServiceRequest; raises :class:`OTLPDecodeError`."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise OTLPDecodeError(f"body is not valid JSON ({len(body)} bytes): {exc}") from None
-    try:
-        with gc_paused():
-            return _logs_from_json(_obj(document, "$"), settings, now_ns)
-    except RecursionError:
-        raise OTLPDecodeError("AnyValue nesting too deep") from None
+    return decode_json_document(body, _logs_from_json, settings, now_ns)
 
 
 def _logs_from_json(document: Mapping[str, Any], settings: IngestSettings | None, now_ns: int | None) -> LogDecodeResult:

@@ -40,11 +40,11 @@ import gc
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from google.protobuf.message import DecodeError
@@ -53,9 +53,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from detector.ingest.spans import MAX_DATETIME64_NS, NS_PER_SECOND, SpanBatch
 from detector.settings.config import IngestSettings
 
+R = TypeVar("R")  # what a JSON body is built into (decode_json_document)
+
 __all__ = [
     "DecodeResult", "MAX_REJECT_EXAMPLES", "MAX_RENDERED_ENTRIES", "MAX_RENDERED_KEY_BYTES", "OTLPDecodeError",
-    "SPAN_KINDS", "STATUS_CODES", "TRACES_TABLE", "attrs_json", "attrs_pb", "decode_json", "decode_protobuf",
+    "SPAN_KINDS", "STATUS_CODES", "TRACES_TABLE", "attrs_json", "attrs_pb", "decode_json", "decode_json_document",
+    "decode_protobuf",
     "gc_paused", "go_float", "parse_protobuf", "rows_from_request", "value_str_json", "value_str_pb",
 ]
 
@@ -615,13 +618,20 @@ def _hex_bytes(value: Any, path: str) -> bytes | None:
 
 def decode_json(body: bytes, settings: IngestSettings | None = None, now_ns: int | None = None) -> DecodeResult:
     """Decode an OTLP/JSON ExportTraceServiceRequest body; raises :class:`OTLPDecodeError`."""
+    return decode_json_document(body, _rows_from_json, settings, now_ns)
+
+
+def decode_json_document(body: bytes, build: Callable[[Mapping[str, Any], IngestSettings | None, int | None], R],
+                         settings: IngestSettings | None, now_ns: int | None) -> R:
+    """An OTLP/JSON body parsed and handed to ``build`` (traces or logs) with the GC paused; a body that is not a
+    JSON object, or nests too deep, raises :class:`OTLPDecodeError`."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise OTLPDecodeError(f"body is not valid JSON ({len(body)} bytes): {exc}") from None
     try:
         with gc_paused():
-            return _rows_from_json(_obj(document, "$"), settings, now_ns)
+            return build(_obj(document, "$"), settings, now_ns)
     except RecursionError:
         raise OTLPDecodeError("AnyValue nesting too deep") from None
 
