@@ -335,7 +335,7 @@ class Service:
         if self.api_token_required:
             log.info("the enforcement reads need the API token (%s/%s)", self.data_dir, API_TOKEN_FILE)
         ports = [sock.getsockname()[1] for sock in self._sockets]
-        shown = f"[{host}]" if ":" in host else host
+        shown = _url_host(host)
         scheme = "https" if self.config.ingest.tls is not None else "http"
         self.endpoints = Endpoints(otlp=f"{scheme}://{shown}:{ports[0]}", api=f"http://{shown}:{ports[1]}",
                                    clickhouse=f"http://{shown}:{ports[2]}" if len(ports) > 2 else None)
@@ -356,7 +356,7 @@ class Service:
         assert self.endpoints is not None
         if otlp_grpc_port is not None:
             port = await self.grpc_receiver.start(self.host, otlp_grpc_port)
-            self.endpoints.otlp_grpc = f"{'[' + self.host + ']' if ':' in self.host else self.host}:{port}"
+            self.endpoints.otlp_grpc = f"{_url_host(self.host)}:{port}"
         servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
                    make_server(self.api_app, self.config.http)]
         if self.clickhouse_app is not None:
@@ -422,6 +422,11 @@ class Service:
             self.webhooks.close()
         self.store.close()
         log.info("stopped", extra={"watermark_us": self.job.watermark_us, "checkpoint_us": self.job.checkpoint_us})
+
+
+def _url_host(host: str) -> str:
+    """A listen address as it goes before ``:port`` (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 @contextmanager
