@@ -76,10 +76,11 @@ ALTER TABLE otel.genai_calls
     ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
--- Nested steps, so that each attribute is looked up once and each expression is analysed once (the view's SQL is
--- analysed on every INSERT that brings rows: its size is a fixed cost per insert, ~50 ms): (3) fingerprints, from
--- (2) the dialects normalized, from (2a) each dialect's building blocks, from (1) the attributes the view reads,
--- for GenAI spans only.
+-- Nested steps, so that each attribute is looked up once and each expression is analysed once: the view's SQL is
+-- analysed on every INSERT that brings rows, so its size is a fixed cost per insert, and an alias used by another
+-- expression of its own SELECT is analysed again there (a step per such alias: that halved the cost). (3)
+-- fingerprints, from (2c) the content normalized, from (2b) what came back, from (2) the dialects normalized, from
+-- (2a) each dialect's building blocks, from (1) the attributes the view reads, for GenAI spans only.
 SELECT
     ts, end_ts, trace_id, span_id, parent_span_id, session_id, session_source, virtual_key, feature, service_name,
     op AS operation,
@@ -128,6 +129,26 @@ SELECT
     if(normalized[3] != '', ngramSimHashCaseInsensitiveUTF8(normalized[3]), 0) AS output_norm_simhash,
     arrayMap(x -> if(x != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(x, '\\d+', '#')), 0), out_tool_args)
         AS out_tool_arg_simhashes
+FROM (
+-- (2c) what came back, the arguments and the reply, each with incidental variation normalized (see the top of
+-- this SELECT)
+SELECT *,
+    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
+        replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
+        '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
+        '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
+        '<ts>'),
+        '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
+        '\\1\\2\\3<dur>'),
+        '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
+        '\\s+', ' ')), [observed, tool_args, output_text,
+        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized
+FROM (
+-- (2b) what came back: a tool's result (its echo of the arguments taken out: a search that repeats the query back
+-- brings nothing new with it), or, for a model call, its new input (the last input message)
+SELECT *,
+    if(op = 'execute_tool', arrayFold((acc, v) -> if(length(v) >= 4 AND match(v, '[A-Za-z]'), replaceAll(acc, v, '<arg>'),
+        acc), arrayMap(kv -> kv.2, JSONExtractKeysAndValues(tool_args, 'String')), tool_result), last_input) AS observed
 FROM (
 -- (2) the dialects normalized: keys, usage, errors, and the content and tool calls of whichever dialect has them
 SELECT *,
@@ -229,23 +250,9 @@ SELECT *,
         oi_kind = 'TOOL' AND input_value != '__REDACTED__', input_value,
         JSONHas(args_tl, 'kwargs') AND JSONLength(args_tl, 'args') = 0, JSONExtractRaw(args_tl, 'kwargs'),
         args_tl), '') AS tool_args,
-    -- what came back: a tool's result (its echo of the arguments taken out: a search that repeats the query back
-    -- brings nothing new with it), or, for a model call, its new input (the last input message)
+    -- a tool's result, whichever dialect carries it
     if(op = 'execute_tool', multiIf(result_sc != '', result_sc,
         oi_kind = 'TOOL' AND output_value NOT IN ('', '__REDACTED__'), output_value, result_tl), '') AS tool_result,
-    if(op = 'execute_tool', arrayFold((acc, v) -> if(length(v) >= 4 AND match(v, '[A-Za-z]'), replaceAll(acc, v, '<arg>'),
-        acc), arrayMap(kv -> kv.2, JSONExtractKeysAndValues(tool_args, 'String')), tool_result), last_input) AS observed,
-    -- each of them with incidental variation normalized (see the top of this SELECT's parent)
-    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
-        replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
-        '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
-        '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
-        '<ts>'),
-        '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
-        '\\1\\2\\3<dur>'),
-        '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
-        '\\s+', ' ')), [observed, tool_args, output_text,
-        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized,
     -- the first non-empty session attribute: span, then resource, else the trace
     arrayFirstIndex(x -> x != '', session_values) AS session_index,
     if(session_index = 0, TraceId, session_values[session_index]) AS session_id,
@@ -418,4 +425,8 @@ FROM (
 -- GenAI calls, and the spans that name a session without being one (roots, framework graph and workflow spans)
 WHERE op != '' OR (arrayExists(x -> x != '', session_values)
     AND (ParentSpanId = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != ''))
-)));
+)))))
+-- optimize_and_compare_chain adds the comparisons an AND chain implies (a < b AND b < 3: a < 3), for filters that
+-- read stored data; this SELECT reads one insert's rows, and the pass took half of its analysis (docs/benchmarks.md,
+-- "The view's cost per insert")
+SETTINGS optimize_and_compare_chain = 0;

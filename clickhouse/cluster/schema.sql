@@ -180,6 +180,22 @@ SELECT
         AS out_tool_arg_simhashes
 FROM (
 SELECT *,
+    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
+        replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
+        '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
+        '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
+        '<ts>'),
+        '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
+        '\\1\\2\\3<dur>'),
+        '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
+        '\\s+', ' ')), [observed, tool_args, output_text,
+        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized
+FROM (
+SELECT *,
+    if(op = 'execute_tool', arrayFold((acc, v) -> if(length(v) >= 4 AND match(v, '[A-Za-z]'), replaceAll(acc, v, '<arg>'),
+        acc), arrayMap(kv -> kv.2, JSONExtractKeysAndValues(tool_args, 'String')), tool_result), last_input) AS observed
+FROM (
+SELECT *,
     multiIf(
         in_msgs != '', in_msgs,
         ol, arrayStringConcat(arrayMap(k -> concat(k, '=', a[k]), ol_prompt_keys), '\x1e'),
@@ -271,18 +287,6 @@ SELECT *,
         args_tl), '') AS tool_args,
     if(op = 'execute_tool', multiIf(result_sc != '', result_sc,
         oi_kind = 'TOOL' AND output_value NOT IN ('', '__REDACTED__'), output_value, result_tl), '') AS tool_result,
-    if(op = 'execute_tool', arrayFold((acc, v) -> if(length(v) >= 4 AND match(v, '[A-Za-z]'), replaceAll(acc, v, '<arg>'),
-        acc), arrayMap(kv -> kv.2, JSONExtractKeysAndValues(tool_args, 'String')), tool_result), last_input) AS observed,
-    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
-        replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
-        '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
-        '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
-        '<ts>'),
-        '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
-        '\\1\\2\\3<dur>'),
-        '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
-        '\\s+', ' ')), [observed, tool_args, output_text,
-        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized,
     arrayFirstIndex(x -> x != '', session_values) AS session_index,
     if(session_index = 0, TraceId, session_values[session_index]) AS session_id,
     if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
@@ -427,7 +431,8 @@ FROM (
     FROM otel.otel_traces_local)
 WHERE op != '' OR (arrayExists(x -> x != '', session_values)
     AND (ParentSpanId = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != ''))
-)));
+)))))
+SETTINGS optimize_and_compare_chain = 0;
 
 CREATE TABLE IF NOT EXISTS otel.loop_state_local ON CLUSTER 'loop_cluster' (
     scope LowCardinality(String),

@@ -17,6 +17,7 @@ DEFAULT_DATA_DIR = ".loop-detector"
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from detector.service.http_server import ListenError
     from detector.service.logs import configure_logging
     from detector.service.process import Endpoints, Service
 
@@ -53,6 +54,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                   on_ready=announce))
     except KeyboardInterrupt:  # a SIGINT before the handlers were installed
         pass
+    except ListenError as exc:
+        print(f"refusing to start: {exc.strerror} (is another process on that port? choose another with "
+              "--otlp-port, --api-port or --otlp-grpc-port)", file=sys.stderr)
+        return 2
     finally:
         service.close()
     return 0

@@ -12,8 +12,13 @@ and gets back that request's outcome::
 What it guarantees, and how:
 
 - **Group commit.** Requests that queue while an insert runs are committed together in the next insert (the
-  materialized view into ``otel.genai_calls`` has a fixed cost per insert); every request still waits for the
-  insert that holds its own rows.
+  materialized view into ``otel.genai_calls`` has a fixed cost per insert, whatever the
+  insert's size); every request still waits for the insert that holds its own rows. Before it takes its
+  requests, a group lets those arriving alongside join it: it waits one :data:`LINGER_STEP_SECONDS`, and then as
+  long as a receiver is still reading or decoding a request (:meth:`Committer.arriving`), at most
+  :data:`COMMIT_LINGER_SECONDS`. Senders answered together send again together; without the wait the first of them
+  got an insert of its own while the rest queued behind it (groups of 7 and 1 by turns, with 8 senders:
+  ``bench/lag.py``).
 - **Isolation.** The decoders reject every value the store is known to refuse. If a group's insert still
   fails, its requests are resolved one by one, so each sender gets its own answer: a failure that names the data
   (a ClickHouse data error code) is narrowed down, without writing, by *probing*: the request's rows are staged in
@@ -49,7 +54,8 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +80,11 @@ TRACES_TABLE = "otel.otel_traces"
 CALLS_TABLE = "otel.genai_calls"
 # One group commit stops adding requests once its Arrow tables reach this size.
 MAX_GROUP_BYTES = 128 * 1024 * 1024
+# At most how long a group waits for requests arriving alongside its first (ClickHouse's own asynchronous inserts
+# wait 50-200 ms: async_insert_busy_timeout_min_ms / _max_ms), in steps; what it is worth: docs/benchmarks.md,
+# "Measured reasons behind the code".
+COMMIT_LINGER_SECONDS = 0.1
+LINGER_STEP_SECONDS = 0.01
 # Committed requests remembered for retries: exporters retry within minutes (the OTel SDKs' and the collector's
 # backoff gives up after about 5 minutes by default).
 REMEMBER_SECONDS = 3600
@@ -333,13 +344,15 @@ class Committer:
     ``commit`` is called from the event loop; the store is used from one worker thread at a time."""
 
     def __init__(self, store: Store, metrics: IngestMetrics | None = None, journal_dir: str | os.PathLike[str] | None = None,
-                 max_group_bytes: int = MAX_GROUP_BYTES) -> None:
+                 max_group_bytes: int = MAX_GROUP_BYTES, linger_seconds: float = COMMIT_LINGER_SECONDS) -> None:
         self.store = store
         self.metrics = metrics if metrics is not None else IngestMetrics()
         self.journal_dir = Path(journal_dir) if journal_dir is not None else None
         if self.journal_dir is not None:
             self.journal_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.max_group_bytes = max_group_bytes
+        self.linger_seconds = linger_seconds
+        self._arriving = 0  # requests received and not yet handed to commit() (being read or decoded)
         self.remembered = _Remembered(self.journal_dir / COMMITTED_LOG if self.journal_dir is not None else None)
         self._queue: list[tuple[DecodedRequest, asyncio.Future[CommitOutcome]]] = []
         self._inflight: dict[bytes, asyncio.Future[CommitOutcome]] = {}
@@ -351,6 +364,15 @@ class Committer:
         self._closed = False
 
     # -- the interface ---------------------------------------------------------------------------------------
+    @contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around a request's reading and decoding (on the event loop): a group about to start waits for it."""
+        self._arriving += 1
+        try:
+            yield
+        finally:
+            self._arriving -= 1
+
     def known(self, digest: bytes) -> CommitOutcome | None:
         """The outcome of a request already committed with this digest (a retry), else None."""
         if not digest:
@@ -420,6 +442,7 @@ class Committer:
     # -- group commit -----------------------------------------------------------------------------------------
     async def _drain(self) -> None:
         while self._queue:
+            await self._gather()
             group: list[tuple[DecodedRequest, asyncio.Future[CommitOutcome]]] = []
             size = 0
             while self._queue and (not group or size + self._queue[0][0].rows.nbytes <= self.max_group_bytes):
@@ -440,6 +463,16 @@ class Committer:
             for (_, future), outcome in zip(group, outcomes, strict=True):
                 if not future.done():
                     future.set_result(outcome)
+
+    async def _gather(self) -> None:
+        """Let the requests arriving alongside join this group: wait while some are being read or decoded, at
+        least one step (a sender answered a moment ago is sending again), at most ``linger_seconds``."""
+        waited = 0.0
+        while waited < self.linger_seconds:
+            await asyncio.sleep(LINGER_STEP_SECONDS)
+            waited += LINGER_STEP_SECONDS
+            if not self._arriving:
+                return
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait for the group being committed (so that the store can be closed under nobody); later groups are

@@ -107,8 +107,11 @@ class OTLPGrpcReceiver:
 
     async def start(self, host: str, port: int) -> int:
         limit = self.settings.max_body_bytes + _GRPC_LIMIT_MARGIN
+        # grpcio binds with SO_REUSEPORT by default: a second serve would share the port and take part of the
+        # traffic, silently; without it, a port in use is an error at start like the HTTP listeners'
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                          ("grpc.max_send_message_length", 4 * 1024 * 1024)])
+                                          ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                                          ("grpc.so_reuseport", 0)])
         handlers = {
             "Export": grpc.unary_unary_rpc_method_handler(self._export_traces),
         }
@@ -120,16 +123,19 @@ class OTLPGrpcReceiver:
                                                  {"Export": grpc.unary_unary_rpc_method_handler(self._export_metrics)}),
         ))
         tls = self.settings.tls
-        if tls is None:
-            bound = server.add_insecure_port(f"{host}:{port}")
-        else:  # the same TLS (and mutual TLS) as the OTLP/HTTP listener
-            key, cert = Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes()
-            ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
-            credentials = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
-                                                      require_client_auth=ca is not None)
-            bound = server.add_secure_port(f"{host}:{port}", credentials)
+        try:
+            if tls is None:
+                bound = server.add_insecure_port(f"{host}:{port}")
+            else:  # the same TLS (and mutual TLS) as the OTLP/HTTP listener
+                key, cert = Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes()
+                ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+                credentials = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                                          require_client_auth=ca is not None)
+                bound = server.add_secure_port(f"{host}:{port}", credentials)
+        except RuntimeError:  # grpcio raises this when the port is taken
+            bound = 0
         if not bound:
-            raise OSError(f"OTLP/gRPC: cannot bind {host}:{port}")
+            raise OSError(f"cannot listen on {host}:{port} (OTLP/gRPC): in use or not this host's address")
         await server.start()
         self._server, self.port = server, bound
         self._decoders = anyio.CapacityLimiter(DECODE_THREADS)
@@ -146,7 +152,8 @@ class OTLPGrpcReceiver:
     # -- the three methods -------------------------------------------------------------------------------
     async def _export_traces(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         async def handle() -> bytes:
-            decoded = await self._decode(_decode_traces, request)
+            with self.traces.arriving():
+                decoded = await self._decode(_decode_traces, request)
             outcome = await self.traces.commit(decoded)
             if outcome.status == COMMIT_RETRYABLE:
                 log.error("OTLP/gRPC request not acknowledged: %s; %d spans (client will retry)",

@@ -265,12 +265,13 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         return Response(orjson.dumps(document), 200, media_type=JSON)
 
     async def export_traces(request: Request) -> Response:
-        checked = await checked_body(request)
-        if isinstance(checked, Response):
-            return checked
-        media, encoding, body = checked
-        request_rows = await decoded(decode_request, body, encoding, media, "traces")
-        del body
+        with committer.arriving():
+            checked = await checked_body(request)
+            if isinstance(checked, Response):
+                return checked
+            media, encoding, body = checked
+            request_rows = await decoded(decode_request, body, encoding, media, "traces")
+            del body
         if isinstance(request_rows, Response):
             return request_rows
         outcome = await committer.commit(request_rows)

@@ -26,7 +26,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from detector.settings.config import HttpSettings
 
-__all__ = ["Server", "TimedHttpToolsProtocol", "bind", "make_server"]
+__all__ = ["ListenError", "Server", "TimedHttpToolsProtocol", "bind", "make_server"]
 
 
 class TimedHttpToolsProtocol(HttpToolsProtocol):
@@ -87,12 +87,20 @@ class Server(uvicorn.Server):
         yield
 
 
+class ListenError(OSError):
+    """A listener could not be opened (``serve`` refuses to start with this message)."""
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one; ``getsockname()`` says which)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:  # in use, not this host's address, a privileged port: say which, without a traceback
+        sock.close()
+        raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock

@@ -40,7 +40,7 @@ from detector.enforcement.preflight import PendingWindows
 from detector.ingest.commit import Committer
 from detector.ingest.grpc_receiver import OTLPGrpcReceiver
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
-from detector.service.http_server import Server, bind, make_server
+from detector.service.http_server import ListenError, Server, bind, make_server
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
 from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
@@ -355,7 +355,10 @@ class Service:
             self.bind(host, otlp_port, api_port)
         assert self.endpoints is not None
         if otlp_grpc_port is not None:
-            port = await self.grpc_receiver.start(self.host, otlp_grpc_port)
+            try:
+                port = await self.grpc_receiver.start(self.host, otlp_grpc_port)
+            except OSError as exc:
+                raise ListenError(exc.errno, str(exc)) from None
             self.endpoints.otlp_grpc = f"{_url_host(self.host)}:{port}"
         servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
                    make_server(self.api_app, self.config.http)]

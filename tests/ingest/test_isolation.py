@@ -29,7 +29,7 @@ from support.otlp_senders import (
 )
 from support.servers import serve_app
 
-from detector.ingest.commit import JOURNAL_SUFFIX, Committer, write_journal
+from detector.ingest.commit import COMMIT_LINGER_SECONDS, JOURNAL_SUFFIX, Committer, write_journal
 from detector.ingest.receiver import IngestMetrics, create_otlp_app, decode_request
 from detector.settings.config import IngestSettings
 from detector.storage.schema import apply_schema
@@ -203,3 +203,58 @@ def test_half_stored_batch_left_by_a_crash_is_completed_at_start(tmp_path):
     assert counts(store, trace_hex(spans)) == (8, 8, 8)
     assert metrics.duplicates == 1
     store.close()
+
+
+def test_requests_arriving_together_share_one_insert(tmp_path):
+    """Senders answered by one insert send again together; the first of them must not get an insert of its own
+    (an insert has a fixed cost whatever its size). Before the linger, the first request's insert started at
+    once and the second waited for an insert of its own: two inserts."""
+    import asyncio
+
+    store = ChdbStore(tmp_path / "store")
+    apply_schema(store)
+    metrics = IngestMetrics()
+    committer = Committer(store, metrics)
+    bodies = [encode(chat_spans(3, new_conversation())) for _ in range(2)]
+    requests = [decode_request(body, "identity", PROTOBUF, IngestSettings()) for body in bodies]
+
+    async def arrive_one_after_the_other():
+        first = asyncio.ensure_future(committer.commit(requests[0]))
+        await asyncio.sleep(0)  # the first request is queued and its group has begun
+        second = asyncio.ensure_future(committer.commit(requests[1]))
+        return await asyncio.gather(first, second)
+
+    try:
+        outcomes = asyncio.run(arrive_one_after_the_other())
+    finally:
+        store.close()
+    assert [o.accepted for o in outcomes] == [3, 3]
+    assert metrics.inserts == 1
+
+
+def test_a_request_still_being_decoded_joins_the_group_about_to_start(tmp_path):
+    """A group waits (a bounded time) while a receiver is still reading or decoding a request, so a sender that
+    was answered a moment ago and is sending again is not left for the next insert."""
+    import asyncio
+
+    store = ChdbStore(tmp_path / "store")
+    apply_schema(store)
+    metrics = IngestMetrics()
+    committer = Committer(store, metrics)
+    requests = [decode_request(encode(chat_spans(3, new_conversation())), "identity", PROTOBUF, IngestSettings())
+                for _ in range(2)]
+
+    async def second():  # as the receiver does: read and decode, then commit
+        with committer.arriving():
+            await asyncio.sleep(COMMIT_LINGER_SECONDS / 2)  # longer than a linger step, shorter than the linger
+        return await committer.commit(requests[1])
+
+    async def second_still_decoding():
+        return await asyncio.gather(committer.commit(requests[0]), second())
+
+    try:
+        outcomes = asyncio.run(second_still_decoding())
+    finally:
+        store.close()
+    assert [o.accepted for o in outcomes] == [3, 3]
+    assert metrics.inserts == 1
