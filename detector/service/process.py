@@ -3,8 +3,8 @@
 One process owns the store (a chDB data directory can be opened by one process only), so every
 reader and writer goes through it. One event loop serves the OTLP/HTTP receiver (default :4318), the OTLP/gRPC
 receiver (default :4317), the HTTP API (default :8080) and, when configured, the read-only ClickHouse HTTP
-endpoint; APScheduler runs the detection cycle every
-``interval_seconds`` and the eviction job every ``eviction_interval_seconds`` in its own threads.
+endpoint; the detection cycle runs every ``interval_seconds`` in its own thread (:mod:`detector.service.cycle_loop`),
+and APScheduler runs the eviction job every ``eviction_interval_seconds``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from detector.enforcement.preflight import PendingWindows
 from detector.ingest.commit import Committer
 from detector.ingest.grpc_receiver import OTLPGrpcReceiver
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
+from detector.service.cycle_loop import CycleLoop
 from detector.service.http_server import ListenError, Server, bind, make_server
 from detector.service.logs import TransitionLogger
 from detector.service.memory import estimate_bytes
@@ -219,7 +220,8 @@ class Service:
             self.clickhouse_app = create_clickhouse_http_app(
                 self.store, resolve_clickhouse_password(config, self.data_dir), config.clickhouse_http)
         self.api_app = create_api(self)
-        self.scheduler: BackgroundScheduler | None = None
+        self.scheduler: BackgroundScheduler | None = None  # the eviction job
+        self.cycles: CycleLoop | None = None  # the detection cycle's schedule
         self._reload_lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._servers: list[Server] = []
@@ -247,12 +249,6 @@ class Service:
         return traces
 
     # -- scheduling -----------------------------------------------------------------------------
-    def _cycle(self) -> None:
-        try:
-            self.job.run_cycle()
-        except Exception:  # keep the scheduler alive; the next cycle retries from the same watermark
-            log.exception("detection cycle failed")
-
     def _evict(self) -> None:
         try:
             self.job.evict()
@@ -262,14 +258,17 @@ class Service:
             log.exception("eviction failed")
 
     def start_scheduler(self) -> None:
+        self.cycles = CycleLoop(self.job.run_cycle, self.config.detector.interval_seconds)
+        self.cycles.start()
         self.scheduler = BackgroundScheduler(daemon=True)
-        self.scheduler.add_job(self._cycle, "interval", seconds=self.config.detector.interval_seconds,
-                               id="detect", max_instances=1, coalesce=True)
         self.scheduler.add_job(self._evict, "interval", seconds=self.config.loop_detection.eviction_interval_seconds,
                                id="evict", max_instances=1, coalesce=True)
         self.scheduler.start()
 
     def stop_scheduler(self) -> None:
+        if self.cycles is not None:
+            self.cycles.stop()
+            self.cycles = None
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=True)
             self.scheduler = None
@@ -312,8 +311,8 @@ class Service:
             self._start_webhooks(config)
         self.config = config
         self.job.reconfigure(config)
-        if self.scheduler is not None:
-            self.scheduler.reschedule_job("detect", trigger="interval", seconds=config.detector.interval_seconds)
+        if self.cycles is not None:
+            self.cycles.interval_seconds = config.detector.interval_seconds
         log.info("config applied; session state cleared")
 
     def apply_budgets(self, config: AppConfig) -> None:
