@@ -14,9 +14,12 @@ watermark (``detector/detection/job.py``), and a cycle reads every call inserted
 acknowledged once its insert has committed, and the store runs one statement at a time, so the first cycle whose
 cutoff is past the acknowledgement has read the request's calls. A monitor thread polls ``/healthz`` every 10 ms;
 a span's lag is the first poll that shows a watermark past its request's acknowledgement, minus the span's end
-(so it includes the poll interval: at most 10 ms too much).
+(so it includes the poll interval: at most 10 ms too much). Each lag is also split in two: the acknowledgement
+(scheduled send -> 200: ingest's queue, linger and insert) and the reflection (200 -> the decision: the wait for the
+next cycle and its run).
 
-The baseline, measured first in the same run: a trickle (20 spans/s), where the lag is the cycle schedule alone.
+The baseline, measured first in the same run: a trickle (20 spans/s), where the lag is one insert and the cycle
+schedule.
 The machine is shared: the 1-minute load average before each rate is printed beside it.
 """
 
@@ -191,19 +194,29 @@ def measure(proc: ServeProcess, monitor: Monitor, rate: int, seconds: float, ses
     while (not monitor.samples or monitor.samples[-1][1] < last) and time.time() < deadline:
         time.sleep(0.05)
     after = cycle_seconds(proc.api)
-    lags = []
+    lags, acks, reflections = [], [], []
     for p in timed:
         seen = monitor.reflected_at(p.acked)
         if seen is None:
             raise SystemExit(f"a request acknowledged at {p.acked} was never reflected")
         lags.append(seen - p.at)
+        acks.append(p.acked - p.at)  # the ingest part: queued, inserted, answered
+        reflections.append(seen - p.acked)  # the detection part: the next cycle's start and its run
     lags.sort()
+    acks.sort()
+    reflections.sort()
     span_seconds = timed[-1].at - timed[0].at + 1 / REQUESTS_PER_SECOND
     return {"rate": rate, "achieved": sum(p.spans for p in timed) / max(span_seconds, max(p.acked for p in timed)
                                                                          - timed[0].at),
-            "p50": statistics.median(lags), "p99": lags[min(len(lags) - 1, int(0.99 * len(lags)))], "max": lags[-1],
+            "p50": statistics.median(lags), "p99": _p99(lags), "max": lags[-1],
+            "ack_p50": statistics.median(acks), "ack_p99": _p99(acks),
+            "reflect_p50": statistics.median(reflections), "reflect_p99": _p99(reflections),
             "cycle_mean": (after[0] - before[0]) / max(1.0, after[1] - before[1]), "load": load,
             "late": sum(1 for p in timed if p.acked - p.at > 1.0) / len(timed)}
+
+
+def _p99(sorted_values: list[float]) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(0.99 * len(sorted_values)))]
 
 
 def table(baseline: dict[str, float], results: list[dict[str, float]], sessions: int) -> str:
@@ -216,6 +229,8 @@ def table(baseline: dict[str, float], results: list[dict[str, float]], sessions:
             f"| {name}: lag p50 | {r['p50']:.2f} | s | {r['p50'] / baseline['p50']:.2f} |",
             f"| {name}: lag p99 | {r['p99']:.2f} | s | {r['p99'] / baseline['p99']:.2f} |",
             f"| {name}: lag max | {r['max']:.2f} | s |  |",
+            f"| {name}: of which acknowledgement (sent -> 200) p50 / p99 | {r['ack_p50']:.2f} / {r['ack_p99']:.2f} | s |  |",
+            f"| {name}: of which reflection (200 -> decision) p50 / p99 | {r['reflect_p50']:.2f} / {r['reflect_p99']:.2f} | s |  |",
             f"| {name}: spans acknowledged per second | {r['achieved']:,.0f} | spans/s | {r['achieved'] / r['rate']:.2f} x target |",
             f"| {name}: mean detection cycle | {r['cycle_mean'] * 1000:,.0f} | ms |  |",
             f"| {name}: load average (1 min) before | {r['load']:.1f} | (2 CPUs) |  |",

@@ -78,7 +78,7 @@ ALTER TABLE otel.genai_calls
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
 -- Nested steps, so that each attribute is looked up once and each expression is analysed once: the view's SQL is
 -- analysed on every INSERT that brings rows, so its size is a fixed cost per insert, and an alias used by another
--- expression of its own SELECT is analysed again there (a step per such alias: that halved the cost). (3)
+-- expression of its own SELECT is analysed again there (a step per such alias halved the analysis). (3)
 -- fingerprints, from (2c) the content normalized, from (2b) what came back, from (2) the dialects normalized, from
 -- (2a) each dialect's building blocks, from (1) the attributes the view reads, for GenAI spans only.
 SELECT
