@@ -10,6 +10,7 @@ span (``throwIf``), so the insert fails after ``otel.otel_traces`` took the rows
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 import uuid
@@ -205,56 +206,45 @@ def test_half_stored_batch_left_by_a_crash_is_completed_at_start(tmp_path):
     store.close()
 
 
-def test_requests_arriving_together_share_one_insert(tmp_path):
-    """Senders answered by one insert send again together; the first of them must not get an insert of its own
-    (an insert has a fixed cost whatever its size). Before the linger, the first request's insert started at
-    once and the second waited for an insert of its own: two inserts."""
-    import asyncio
-
-    store = ChdbStore(tmp_path / "store")
-    apply_schema(store)
-    metrics = IngestMetrics()
-    committer = Committer(store, metrics)
-    bodies = [encode(chat_spans(3, new_conversation())) for _ in range(2)]
-    requests = [decode_request(body, "identity", PROTOBUF, IngestSettings()) for body in bodies]
-
-    async def arrive_one_after_the_other():
-        first = asyncio.ensure_future(committer.commit(requests[0]))
-        await asyncio.sleep(0)  # the first request is queued and its group has begun
-        second = asyncio.ensure_future(committer.commit(requests[1]))
-        return await asyncio.gather(first, second)
-
-    try:
-        outcomes = asyncio.run(arrive_one_after_the_other())
-    finally:
-        store.close()
-    assert [o.accepted for o in outcomes] == [3, 3]
-    assert metrics.inserts == 1
-
-
-def test_a_request_still_being_decoded_joins_the_group_about_to_start(tmp_path):
-    """A group waits (a bounded time) while a receiver is still reading or decoding a request, so a sender that
-    was answered a moment ago and is sending again is not left for the next insert."""
-    import asyncio
-
+def inserts_for_two_requests(tmp_path, arrive) -> int:
+    """Commit two 3-span requests with the default Committer, as ``arrive(committer, requests)`` (a coroutine)
+    hands them over; the number of inserts they took."""
     store = ChdbStore(tmp_path / "store")
     apply_schema(store)
     metrics = IngestMetrics()
     committer = Committer(store, metrics)
     requests = [decode_request(encode(chat_spans(3, new_conversation())), "identity", PROTOBUF, IngestSettings())
                 for _ in range(2)]
-
-    async def second():  # as the receiver does: read and decode, then commit
-        with committer.arriving():
-            await asyncio.sleep(COMMIT_LINGER_SECONDS / 2)  # longer than a linger step, shorter than the linger
-        return await committer.commit(requests[1])
-
-    async def second_still_decoding():
-        return await asyncio.gather(committer.commit(requests[0]), second())
-
     try:
-        outcomes = asyncio.run(second_still_decoding())
+        outcomes = asyncio.run(arrive(committer, requests))
     finally:
         store.close()
     assert [o.accepted for o in outcomes] == [3, 3]
-    assert metrics.inserts == 1
+    return metrics.inserts
+
+
+def test_requests_arriving_together_share_one_insert(tmp_path):
+    """Senders answered by one insert send again together; the first of them must not get an insert of its own
+    (an insert has a fixed cost whatever its size). Before the linger, the first request's insert started at
+    once and the second waited for an insert of its own: two inserts."""
+    async def one_after_the_other(committer, requests):
+        first = asyncio.ensure_future(committer.commit(requests[0]))
+        await asyncio.sleep(0)  # the first request is queued and its group has begun
+        second = asyncio.ensure_future(committer.commit(requests[1]))
+        return await asyncio.gather(first, second)
+
+    assert inserts_for_two_requests(tmp_path, one_after_the_other) == 1
+
+
+def test_a_request_still_being_decoded_joins_the_group_about_to_start(tmp_path):
+    """A group waits (a bounded time) while a receiver is still reading or decoding a request, so a sender that
+    was answered a moment ago and is sending again is not left for the next insert."""
+    async def second_still_decoding(committer, requests):
+        async def second():  # as the receiver does: read and decode, then commit
+            with committer.arriving():
+                await asyncio.sleep(COMMIT_LINGER_SECONDS / 2)  # longer than a linger step, shorter than the linger
+            return await committer.commit(requests[1])
+
+        return await asyncio.gather(committer.commit(requests[0]), second())
+
+    assert inserts_for_two_requests(tmp_path, second_still_decoding) == 1
