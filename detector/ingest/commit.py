@@ -54,11 +54,11 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import orjson
@@ -71,8 +71,11 @@ from detector.storage.transport import Store, StoreError
 __all__ = [
     "COMMITTED_LOG", "CommitOutcome", "Committer", "DATA_ERROR_CODES", "DecodedRequest", "IngestMetrics",
     "MAX_GROUP_BYTES", "MAX_PROBES", "REMEMBERED_REQUESTS", "REMEMBER_SECONDS", "RecoveryReport", "TRACES_TABLE",
-    "JOURNAL_SUFFIX", "error_code", "read_journal", "request_digest", "safe_error", "write_journal",
+    "JOURNAL_SUFFIX", "error_code", "read_journal", "request_digest", "safe_error", "take_group", "write_journal",
 ]
+
+_Item = TypeVar("_Item")  # what a committer queues: a decoded request, a table of log rows
+_Waiter = TypeVar("_Waiter")  # and what waits for its outcome
 
 log = logging.getLogger("loop_detector.ingest")
 
@@ -338,6 +341,19 @@ class _Remembered:
         return len(self._entries)
 
 
+def take_group(queue: list[tuple[_Item, _Waiter]], nbytes: Callable[[_Item], int],
+               max_bytes: int) -> list[tuple[_Item, _Waiter]]:
+    """Take the next group off ``queue``: its oldest entries while their sizes fit ``max_bytes`` (one at least,
+    however large). Both committers (spans here, log records in :mod:`detector.ingest.logs_commit`) group so."""
+    group: list[tuple[_Item, _Waiter]] = []
+    size = 0
+    while queue and (not group or size + nbytes(queue[0][0]) <= max_bytes):
+        item = queue.pop(0)
+        group.append(item)
+        size += nbytes(item[0])
+    return group
+
+
 class Committer:
     """Commits decoded export requests to ``otel.otel_traces`` (see the module docstring for the guarantees).
 
@@ -443,12 +459,7 @@ class Committer:
     async def _drain(self) -> None:
         while self._queue:
             await self._gather()
-            group: list[tuple[DecodedRequest, asyncio.Future[CommitOutcome]]] = []
-            size = 0
-            while self._queue and (not group or size + self._queue[0][0].rows.nbytes <= self.max_group_bytes):
-                request, future = self._queue.pop(0)
-                group.append((request, future))
-                size += request.rows.nbytes
+            group = take_group(self._queue, lambda request: request.rows.nbytes, self.max_group_bytes)
             try:
                 outcomes = await anyio.to_thread.run_sync(self._commit_group, [r for r, _ in group])
             except BaseException as exc:  # cancelled (shutdown) or a bug: nothing is acknowledged

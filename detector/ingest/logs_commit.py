@@ -16,7 +16,7 @@ import time
 import anyio
 import pyarrow as pa
 
-from detector.ingest.commit import MAX_GROUP_BYTES, IngestMetrics
+from detector.ingest.commit import MAX_GROUP_BYTES, IngestMetrics, take_group
 from detector.ingest.logs import LOGS_TABLE
 from detector.storage.transport import Store
 
@@ -44,12 +44,7 @@ class LogsCommitter:
 
     async def _drain(self) -> None:
         while self._pending:
-            group: list[tuple[pa.Table, asyncio.Future[None]]] = []
-            size = 0
-            while self._pending and (not group or size + self._pending[0][0].nbytes <= self.max_group_bytes):
-                rows, future = self._pending.pop(0)
-                group.append((rows, future))
-                size += rows.nbytes
+            group = take_group(self._pending, lambda rows: rows.nbytes, self.max_group_bytes)
             try:
                 await anyio.to_thread.run_sync(self._insert, [p for p, _ in group])
             except BaseException as exc:  # every request of the group gets the store's failure
