@@ -52,8 +52,8 @@ from detector.ingest.receiver import DECODE_THREADS, RETRY_AFTER_SECONDS, author
 from detector.settings.config import IngestSettings
 from detector.settings.vocabulary import COMMIT_RETRYABLE
 
-__all__ = ["LOGS_METHOD", "MAX_INFLIGHT_BYTES", "METRICS_METHOD", "OTLPGrpcReceiver", "TRACES_METHOD",
-           "retry_trailers"]
+__all__ = ["GrpcBindError", "LOGS_METHOD", "MAX_INFLIGHT_BYTES", "METRICS_METHOD", "OTLPGrpcReceiver",
+           "TRACES_METHOD", "retry_trailers"]
 
 log = logging.getLogger("loop_detector.ingest")
 
@@ -84,6 +84,10 @@ class _Refused(Exception):
     def __init__(self, code: grpc.StatusCode, message: str, retry: bool = False) -> None:
         super().__init__(message)
         self.code, self.message, self.retry = code, message, retry
+
+
+class GrpcBindError(OSError):
+    """The receiver's port could not be bound (in use, or not this host's address); grpcio does not say which."""
 
 
 class OTLPGrpcReceiver:
@@ -135,7 +139,7 @@ class OTLPGrpcReceiver:
         except RuntimeError:  # grpcio raises this when the port is taken
             bound = 0
         if not bound:
-            raise OSError(f"cannot listen on {host}:{port} (OTLP/gRPC): in use or not this host's address")
+            raise GrpcBindError(None, f"cannot listen on {host}:{port} (OTLP/gRPC): in use or not this host's address")
         await server.start()
         self._server, self.port = server, bound
         self._decoders = anyio.CapacityLimiter(DECODE_THREADS)

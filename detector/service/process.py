@@ -38,7 +38,7 @@ from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
 from detector.ingest.commit import Committer
-from detector.ingest.grpc_receiver import OTLPGrpcReceiver
+from detector.ingest.grpc_receiver import GrpcBindError, OTLPGrpcReceiver
 from detector.ingest.receiver import IngestMetrics, create_otlp_app
 from detector.service.cycle_loop import CycleLoop
 from detector.service.http_server import ListenError, Server, bind, make_server
@@ -356,8 +356,8 @@ class Service:
         if otlp_grpc_port is not None:
             try:
                 port = await self.grpc_receiver.start(self.host, otlp_grpc_port)
-            except OSError as exc:
-                raise ListenError(exc.errno, str(exc)) from None
+            except GrpcBindError as exc:  # the bind alone: a TLS file that cannot be read is not a port in use
+                raise ListenError(exc.errno, exc.strerror) from None
             self.endpoints.otlp_grpc = f"{_url_host(self.host)}:{port}"
         servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
                    make_server(self.api_app, self.config.http)]
