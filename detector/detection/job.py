@@ -228,43 +228,47 @@ class DetectorJob:
 
     def _cycle(self, upto_us: int | None, replay: bool) -> CycleStats:
         started = time.perf_counter()
-        # the store is held for the read and for the writes (not for scoring): each of their statements would
-        # otherwise wait behind an ingest insert (Store.exclusive)
+        # The store is held for the read's statements and for the writes' (each would otherwise wait behind an
+        # ingest insert: Store.exclusive), never for Python work: rows are turned into calls, and calls into tables,
+        # outside it, since an insert that waits behind them is a request that waits (docs/benchmarks.md).
         with self.store.exclusive():
             now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
             cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
-            if cutoff <= self.watermark_us:
-                self._maybe_checkpoint(now_us)
-                return CycleStats(watermark_us=self.watermark_us)
-            index, count = self.shard
-            calls = Call.from_columns(self.store.arrow(
-                SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index}
-            ).to_pydict())
-            calls = self.log_content.enrich(calls)
-            self._load_missing(calls)
+            if cutoff > self.watermark_us:
+                index, count = self.shard
+                new_calls = self.store.arrow(SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff,
+                                                                "shards": count, "shard": index})
+        if cutoff <= self.watermark_us:
+            self._maybe_checkpoint(now_us)
+            return CycleStats(watermark_us=self.watermark_us)
+        calls = self.log_content.enrich(Call.from_columns(new_calls.to_pydict()))
+        self._load_missing(calls)
         read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)
         scored = time.perf_counter()
         self._remember_unsaved(out.dirty)
+        token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
+        version = self.version()
+        scores = score_table(out.scores) if not replay and len(out.scores) else None
+        events = event_table(out.events) if not replay and out.events else None
+        decisions = decision_table(out.decisions, version) if out.decisions else None
         with self.store.exclusive():
             if not replay:
-                token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
                 insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
                                                             "value": f"{self.watermark_us}:{cutoff}",
                                                             "version": self.version()}])
-                if len(out.scores):
-                    self.store.insert_arrow("otel.loop_scores", score_table(out.scores),
+                if scores is not None:
+                    self.store.insert_arrow("otel.loop_scores", scores,
                                             {"insert_deduplication_token": "scores:" + token})
-                if out.events:
-                    self.store.insert_arrow("otel.loop_events", event_table(out.events),
+                if events is not None:
+                    self.store.insert_arrow("otel.loop_events", events,
                                             {"insert_deduplication_token": "events:" + token})
                 announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
                 if announced:
                     self.store.insert_arrow("otel.loop_events", event_table(announced))
                     out.events.extend(announced)
-            version = self.version()
-            if out.decisions:
-                self.store.insert_arrow("otel.loop_decisions", decision_table(out.decisions, version))
+            if decisions is not None:
+                self.store.insert_arrow("otel.loop_decisions", decisions)
             if out.rebound:
                 self._withdraw_fallback_sessions([trace_id for trace_id, _ in out.rebound], version)
             self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
@@ -273,8 +277,8 @@ class DetectorJob:
                 self.processed_us = cutoff
                 insert_rows(self.store, "otel.loop_meta",
                             [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
-            written = time.perf_counter()
-            self._maybe_checkpoint(now_us)
+        written = time.perf_counter()
+        self._maybe_checkpoint(now_us)
         newest = max((c.inserted_us for c in calls), default=cutoff)
         ended = time.perf_counter()
         stats = CycleStats(
@@ -320,12 +324,14 @@ class DetectorJob:
                 return 0
             version = self.version()
             live = [st for key, st in self._unsaved_scopes().items() if self.engine.states.get(key) is st]
-            if live:
-                self.store.insert_arrow("otel.loop_state", state_table(live, version))
+            states = state_table(live, version) if live else None  # kilobytes a scope: built before the store is held
             self.engine.budgets.prune(self.watermark_us)
-            save_totals(self.store, self.engine.budgets, self._shard_key, version)
-            insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("checkpoint"),
-                                                        "value": str(self.watermark_us), "version": self.version()}])
+            with self.store.exclusive():
+                if states is not None:
+                    self.store.insert_arrow("otel.loop_state", states)
+                save_totals(self.store, self.engine.budgets, self._shard_key, version)
+                insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("checkpoint"),
+                                                            "value": str(self.watermark_us), "version": self.version()}])
             self.checkpoint_us = self.watermark_us
             self.unsaved.clear()
             return len(live)
