@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import orjson
@@ -81,6 +81,12 @@ log = logging.getLogger("loop_detector.ingest")
 
 TRACES_TABLE = "otel.otel_traces"
 CALLS_TABLE = "otel.genai_calls"
+# The settings of every insert into otel.otel_traces. Merging the query plan's expression steps folds the view's
+# nested SELECTs into one expression on every insert, and for a view of this size that took ~50 ms of its planning,
+# a quarter of a whole insert; the steps left apart cost less than that to run (docs/benchmarks.md, "The store held
+# for statements only, a cheaper plan, ..."). On a server the collector's inserts get it from its user's profile
+# (docs/scaling.md).
+TRACES_INSERT_SETTINGS: Final = {"query_plan_merge_expressions": 0}
 # One group commit stops adding requests once its Arrow tables reach this size.
 MAX_GROUP_BYTES = 128 * 1024 * 1024
 # At most how long a group waits for requests arriving alongside its first (ClickHouse's own asynchronous inserts
@@ -378,6 +384,8 @@ class Committer:
         self._sequence = 0
         self._busy = threading.Lock()  # held by the worker while it uses the store
         self._closed = False
+        # called (in the worker thread) after a group committed new rows: the detection cycle's schedule listens
+        self.on_committed: Callable[[], None] | None = None
 
     # -- the interface ---------------------------------------------------------------------------------------
     @contextmanager
@@ -500,7 +508,10 @@ class Committer:
         with self._busy:
             if self._closed:
                 return [CommitOutcome(COMMIT_RETRYABLE, retry_reason="shutting down")] * len(requests)
-            return self._commit_group_locked(requests)
+            outcomes = self._commit_group_locked(requests)
+        if self.on_committed is not None and any(o.status == COMMIT_COMMITTED and o.accepted for o in outcomes):
+            self.on_committed()
+        return outcomes
 
     def _commit_group_locked(self, requests: list[DecodedRequest]) -> list[CommitOutcome]:
         if self._pending:
@@ -536,7 +547,8 @@ class Committer:
         started = time.perf_counter()
         try:
             tables = [r.rows for r in requests]
-            self.store.insert_arrow(TRACES_TABLE, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
+            self.store.insert_arrow(TRACES_TABLE, tables[0] if len(tables) == 1 else pa.concat_tables(tables),
+                                    TRACES_INSERT_SETTINGS)
         except Exception as exc:
             self.metrics.insert_seconds += time.perf_counter() - started
             self.metrics.failed_inserts += 1
@@ -702,7 +714,8 @@ class Committer:
                     self.store.command(view.complete)
         self.store.command(CLEAR_STAGE)
         if missing:
-            self.store.insert_arrow(TRACES_TABLE, good_rows if len(missing) == len(good) else good_rows.take(missing))
+            self.store.insert_arrow(TRACES_TABLE, good_rows if len(missing) == len(good) else good_rows.take(missing),
+                                    TRACES_INSERT_SETTINGS)
 
     def _remove_refused(self, rows: pa.Table, keys: list[tuple[str, str]], refused: list[int]) -> None:
         """Delete every row a failed insert left of the spans the store refuses. Such a row is identical to the

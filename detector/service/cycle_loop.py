@@ -1,9 +1,17 @@
-"""The detection cycle's schedule: one cycle every ``interval`` seconds, start to start, and never a skipped tick.
+"""The detection cycle's schedule: one cycle every ``interval`` seconds, start to start, never a skipped tick, and
+sooner when new spans were committed.
 
 A decision reflects a span one cycle after the span was stored, so the schedule is part of the decision lag. An
 interval job of APScheduler (``max_instances=1``, as the cycle ran before) *skips* a tick that comes while the
 previous run still runs, so a cycle of 1.1 s put the next one 2 s after its start. Here a cycle that overran is
 followed by the next one at once, and the schedule goes on from there.
+
+On a clock alone, a span committed just after a cycle read waits out the rest of the interval before a cycle looks
+at it: half an interval on average, a whole one at worst. The embedded receiver therefore *nudges* the loop after
+each commit (:meth:`CycleLoop.nudge`), and a nudged loop starts the next cycle ``min_interval`` after the last start
+(or when it ends, if it runs longer): new spans are read at once, and the cycle's fixed cost is paid at most once
+per ``min_interval``. Spans written by an OpenTelemetry Collector straight into ClickHouse are not seen arriving,
+so they keep the interval's schedule.
 """
 
 from __future__ import annotations
@@ -19,35 +27,55 @@ log = logging.getLogger("loop_detector")
 
 
 class CycleLoop:
-    """Calls ``cycle`` in its own thread every ``interval_seconds`` until :meth:`stop`. ``clock`` and ``wait``
-    (seconds -> True when stopped) are the loop's sense of time, replaceable in tests."""
+    """Calls ``cycle`` in its own thread every ``interval_seconds`` (every ``min_interval_seconds`` while nudged)
+    until :meth:`stop`. ``clock`` and ``wait`` (seconds -> True when stopped; it may return early after a nudge) are
+    the loop's sense of time, replaceable in tests."""
 
-    def __init__(self, cycle: Callable[[], None], interval_seconds: float,
+    def __init__(self, cycle: Callable[[], None], interval_seconds: float, min_interval_seconds: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wait: Callable[[float], bool] | None = None) -> None:
         self.cycle = cycle
         self.interval_seconds = interval_seconds
+        self.min_interval_seconds = interval_seconds if min_interval_seconds is None else min_interval_seconds
         self._clock = clock
         self._stopped = threading.Event()
-        self._wait = wait if wait is not None else self._stopped.wait
+        self._nudged = threading.Event()  # new spans were committed since the last cycle started
+        self._wake = threading.Event()  # a nudge or stop() ends the wait
+        self._wait = wait if wait is not None else self._wait_or_wake
         self._thread: threading.Thread | None = None
 
+    def nudge(self) -> None:
+        """New spans were committed (any thread): the next cycle comes ``min_interval_seconds`` after the last one
+        started, not a whole interval."""
+        self._nudged.set()
+        self._wake.set()
+
     def next_start(self, started: float, ended: float) -> float:
-        """When the cycle after one that ran from ``started`` to ``ended`` starts."""
-        return max(started + self.interval_seconds, ended)
+        """When the cycle after one that ran from ``started`` to ``ended`` starts, as things stand now."""
+        gap = self.interval_seconds
+        if self._nudged.is_set():
+            gap = min(gap, self.min_interval_seconds)
+        return max(started + gap, ended)
 
     def run(self) -> None:
         """The loop (the thread's target; in tests, called directly with a ``wait`` that stops it)."""
         start = self._clock()
+        started = ended = None
         while True:
-            delay = start - self._clock()
-            if (delay > 0 and self._wait(delay)) or self._stopped.is_set():
+            while (delay := start - self._clock()) > 0:
+                if self._wait(delay) or self._stopped.is_set():
+                    return
+                if started is not None and ended is not None:  # a nudge may have brought the start forward
+                    start = self.next_start(started, ended)
+            if self._stopped.is_set():
                 return
             started = self._clock()
+            self._nudged.clear()
             try:
                 self.cycle()
             except Exception:  # keep the schedule alive; the next cycle retries from the same watermark
                 log.exception("detection cycle failed")
-            start = self.next_start(started, self._clock())
+            ended = self._clock()
+            start = self.next_start(started, ended)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="detection-cycle", daemon=True)
@@ -56,6 +84,12 @@ class CycleLoop:
     def stop(self, timeout: float | None = None) -> None:
         """Stop after the cycle running now, if one is (waits for it)."""
         self._stopped.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+    def _wait_or_wake(self, seconds: float) -> bool:
+        self._wake.wait(seconds)
+        self._wake.clear()
+        return self._stopped.is_set()

@@ -258,7 +258,9 @@ class Service:
             log.exception("eviction failed")
 
     def start_scheduler(self) -> None:
-        self.cycles = CycleLoop(self.job.run_cycle, self.config.detector.interval_seconds)
+        self.cycles = CycleLoop(self.job.run_cycle, self.config.detector.interval_seconds,
+                                self.config.detector.min_interval_seconds)
+        self.committer.on_committed = self.cycles.nudge  # new spans: a cycle soon, not at the next interval
         self.cycles.start()
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(self._evict, "interval", seconds=self.config.loop_detection.eviction_interval_seconds,
@@ -267,6 +269,7 @@ class Service:
 
     def stop_scheduler(self) -> None:
         if self.cycles is not None:
+            self.committer.on_committed = None
             self.cycles.stop()
             self.cycles = None
         if self.scheduler is not None:
@@ -313,6 +316,7 @@ class Service:
         self.job.reconfigure(config)
         if self.cycles is not None:
             self.cycles.interval_seconds = config.detector.interval_seconds
+            self.cycles.min_interval_seconds = config.detector.min_interval_seconds
         log.info("config applied; session state cleared")
 
     def apply_budgets(self, config: AppConfig) -> None:

@@ -190,6 +190,9 @@ class Price(_Strict):
 
 class DetectorSettings(_Strict):
     interval_seconds: float = Field(1.0, gt=0, le=3600)
+    min_interval_seconds: float = Field(0.25, ge=0, le=3600, description=(
+        "while the embedded receiver commits new spans, a cycle starts this long after the last one rather than "
+        "interval_seconds after it (never more often; spans written by a Collector keep interval_seconds)"))
     watermark_lag_seconds: float = Field(0.0, ge=0, le=600)
     checkpoint_seconds: float = Field(5.0, ge=0, le=3600, description="how often scope state is persisted")
     shard: str = Field("0/1", pattern=r"^\d+/\d+$")

@@ -1,6 +1,6 @@
 """The detection cycle's schedule, on a clock the test moves: every interval start to start, a cycle that
 overran followed by the next at once (an APScheduler interval job skipped that tick), a failing cycle not the
-end of the schedule."""
+end of the schedule; and sooner after a commit (a nudge), at most every min_interval."""
 
 from __future__ import annotations
 
@@ -11,30 +11,47 @@ from detector.service.cycle_loop import CycleLoop
 
 
 class FakeTime:
-    """A clock, and a wait that advances it; the loop stops after ``cycles`` cycles."""
+    """A clock, and a wait that advances it; the loop stops after ``cycles`` cycles. ``commits``: times (from 0) at
+    which the receiver nudges the loop; a wait ends at the first one it reaches, as the real wait does."""
 
-    def __init__(self, durations: list[float]) -> None:
+    def __init__(self, durations: list[float], commits: tuple[float, ...] = ()) -> None:
         self.now = 100.0
         self.durations = list(durations)
+        self.commits = sorted(100.0 + c for c in commits)
         self.starts: list[float] = []
+        self.loop: CycleLoop | None = None
 
     def clock(self) -> float:
         return self.now
 
     def wait(self, seconds: float) -> bool:
-        self.now += seconds
+        until = self.now + seconds
+        if self.commits and self.commits[0] <= until:
+            self.now = max(self.now, self.commits.pop(0))
+            self._nudge()
+        else:
+            self.now = until
         return False
 
     def cycle(self) -> None:
         self.starts.append(self.now)
         if not self.durations:
             raise SystemExit  # the end of the test's run (not an Exception: the loop does not catch it)
-        self.now += self.durations.pop(0)
+        end = self.now + self.durations.pop(0)
+        while self.commits and self.commits[0] <= end:  # commits during the cycle
+            self.commits.pop(0)
+            self._nudge()
+        self.now = end
+
+    def _nudge(self) -> None:
+        assert self.loop is not None
+        self.loop.nudge()
 
 
-def run(durations: list[float], interval: float = 1.0) -> list[float]:
-    t = FakeTime(durations)
-    loop = CycleLoop(t.cycle, interval, clock=t.clock, wait=t.wait)
+def run(durations: list[float], interval: float = 1.0, min_interval: float | None = None,
+        commits: tuple[float, ...] = ()) -> list[float]:
+    t = FakeTime(durations, commits)
+    t.loop = loop = CycleLoop(t.cycle, interval, min_interval, clock=t.clock, wait=t.wait)
     with contextlib.suppress(SystemExit):  # the fake time's end
         loop.run()
     return [round(s - 100.0, 6) for s in t.starts]
@@ -47,6 +64,30 @@ def test_cycles_start_every_interval():
 def test_a_cycle_that_overran_is_followed_at_once_not_a_tick_later():
     # APScheduler (max_instances=1) skipped the tick at 1.0 and started the second cycle at 2.0
     assert run([1.1, 0.2, 0.2]) == [0.0, 1.1, 2.1, 3.1]
+
+
+def test_a_commit_during_a_cycle_brings_the_next_one_to_min_interval_after_its_start():
+    assert run([0.1, 0.1, 0.1], min_interval=0.25, commits=(0.05,)) == [0.0, 0.25, 1.25, 2.25]
+
+
+def test_a_commit_during_the_wait_starts_a_cycle_at_once_once_min_interval_has_passed():
+    assert run([0.1, 0.1, 0.1], min_interval=0.25, commits=(0.6,)) == [0.0, 0.6, 1.6, 2.6]
+
+
+def test_a_commit_soon_after_a_start_waits_for_min_interval():
+    assert run([0.05, 0.1], min_interval=0.25, commits=(0.1,)) == [0.0, 0.25, 1.25]
+
+
+def test_commits_all_the_time_give_a_cycle_every_min_interval_or_back_to_back():
+    commits = tuple(k * 0.05 for k in range(1, 60))
+    assert run([0.1, 0.1, 0.1], min_interval=0.25, commits=commits) == [0.0, 0.25, 0.5, 0.75]
+    assert run([0.4, 0.4, 0.4], min_interval=0.25, commits=commits) == [0.0, 0.4, 0.8, 1.2]
+
+
+def test_without_commits_or_without_min_interval_the_interval_holds():
+    assert run([0.1, 0.1, 0.1], min_interval=0.25) == [0.0, 1.0, 2.0, 3.0]
+    assert run([0.1, 0.1, 0.1], commits=(0.05, 1.5)) == [0.0, 1.0, 2.0, 3.0]  # min_interval defaults to interval
+    assert run([0.1, 0.1], interval=1.0, min_interval=5.0, commits=(0.5,)) == [0.0, 1.0, 2.0]
 
 
 def test_a_failing_cycle_keeps_the_schedule():
@@ -63,6 +104,18 @@ def test_a_failing_cycle_keeps_the_schedule():
     with contextlib.suppress(SystemExit):  # the fake time's end
         loop.run()
     assert [round(c - 100.0, 6) for c in calls] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_nudge_wakes_the_real_loop_before_its_interval():
+    ran = threading.Semaphore(0)
+    loop = CycleLoop(ran.release, 3600.0, 0.0)
+    loop.start()
+    try:
+        assert ran.acquire(timeout=30)  # the first cycle, at once
+        loop.nudge()
+        assert ran.acquire(timeout=30)  # the second, long before the hour is up
+    finally:
+        loop.stop(timeout=10)
 
 
 def test_stop_ends_the_loop_thread():

@@ -6,6 +6,7 @@ doing varied work must stay ``allow``; and everything must survive a restart on 
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -14,7 +15,9 @@ from support.agents import run_agents
 
 from detector.cli.demo import healthy_step, looping_step
 from detector.core.escalation import LEVEL_RANK
+from detector.evaluation.simulate import emit_step, otlp_tracer, start_run
 from detector.service.process import running_service
+from detector.settings.config import AppConfig
 
 STEPS = 14
 
@@ -59,6 +62,27 @@ def test_state_and_levels_survive_restart(tmp_path, fast_config):
             "SELECT call_count FROM otel.loop_state FINAL WHERE scope = 'session' AND scope_id = {s:String}",
             {"s": stuck})
         assert rows[0]["call_count"] == 12
+
+
+def test_each_commit_brings_a_cycle_without_waiting_for_the_interval(tmp_path):
+    """The receiver nudges the detection cycle after each commit: with an interval of an hour, a looping agent's
+    calls still turn into a decision (within 30 s here) once they are exported."""
+    config = AppConfig()
+    config.detector.interval_seconds = 3600
+    config.detector.min_interval_seconds = 0
+    stuck = f"stuck-{uuid.uuid4().hex[:6]}"
+    with running_service(config, tmp_path) as (_, eps), otlp_tracer(eps.otlp) as (tracer, provider):
+        span, ctx = start_run(tracer, agent_name=stuck, session_id=stuck, start_ns=time.time_ns())
+        t, history = time.time_ns(), []
+        for i in range(STEPS):
+            t = emit_step(tracer, looping_step(i), session_id=stuck, start_ns=t, history=history, parent=ctx)
+        provider.force_flush()
+        deadline = time.monotonic() + 30
+        while (decision := httpx.get(f"{eps.api}/v1/decision", params={"session_id": stuck}).json())["level"] == "none":
+            assert time.monotonic() < deadline, "no cycle read the exported calls"
+            time.sleep(0.05)
+        span.end()
+    assert decision["dominant_signal"] != "none"
 
 
 def test_escalation_timeline_is_recorded(tmp_path, fast_config):
