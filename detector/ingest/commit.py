@@ -509,8 +509,9 @@ class Committer:
             if self._closed:
                 return [CommitOutcome(COMMIT_RETRYABLE, retry_reason="shutting down")] * len(requests)
             outcomes = self._commit_group_locked(requests)
-        if self.on_committed is not None and any(o.status == COMMIT_COMMITTED and o.accepted for o in outcomes):
-            self.on_committed()
+        listener = self.on_committed  # read once: the service may unset it meanwhile, as it stops
+        if listener is not None and any(o.status == COMMIT_COMMITTED and o.accepted for o in outcomes):
+            listener()
         return outcomes
 
     def _commit_group_locked(self, requests: list[DecodedRequest]) -> list[CommitOutcome]:

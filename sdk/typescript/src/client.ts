@@ -111,6 +111,11 @@ export interface LoopGuardOptions {
   sleep?: (ms: number) => Promise<void>;
   /** where warnings go (default: console.warn); null: nowhere */
   logger?: Logger | null;
+  /**
+   * the trace of a check that names none, e.g. `activeTraceId` from `loop-detector-sdk/otel` (the active
+   * OpenTelemetry span's); default: none (a check then needs `sessionId` or `traceId`)
+   */
+  currentTraceId?: () => string | undefined;
 }
 
 /**
@@ -151,6 +156,7 @@ export class LoopGuard {
   private suppressed: Record<FailureKind, number> = { outage: 0, auth: 0 };
   private lastWarned: Record<FailureKind, number> = { outage: -Infinity, auth: -Infinity };
   private closed = false;
+  private readonly currentTraceId?: () => string | undefined;
 
   constructor(options: LoopGuardOptions) {
     this.endpoint = options.endpoint.replace(/\/+$/, '');
@@ -166,6 +172,7 @@ export class LoopGuard {
     this.fetchImpl = f ?? ((input, init) => fetch(input, init));
     this.sleep = options.sleep ?? defaultSleep;
     this.logger = options.logger === undefined ? defaultLogger : options.logger;
+    this.currentTraceId = options.currentTraceId;
   }
 
   /** The decision for the call about to be made (never throws for a block: see `beforeCall`). */
@@ -249,12 +256,13 @@ export class LoopGuard {
   }
 
   private body(options: CheckOptions): Record<string, unknown> {
-    if (!options || (!options.sessionId && !options.traceId)) {
-      throw new TypeError('sessionId or traceId is required');
+    const traceId = options?.traceId || this.traceOfContext();
+    if (!options || (!options.sessionId && !traceId)) {
+      throw new TypeError('sessionId or traceId is required (or a currentTraceId that finds one)');
     }
     const body: Record<string, unknown> = {};
     if (options.sessionId) body.session_id = options.sessionId;
-    if (options.traceId) body.trace_id = options.traceId;
+    if (traceId) body.trace_id = traceId;
     if (options.virtualKey) body.virtual_key = options.virtualKey;
     if (options.feature) body.feature = options.feature;
     if (options.pending) {
@@ -263,6 +271,15 @@ export class LoopGuard {
       if (Object.keys(pending).length) body.pending = pending;
     }
     return body;
+  }
+
+  /** The trace `currentTraceId` finds; a lookup that throws finds none (it must never fail the check). */
+  private traceOfContext(): string | undefined {
+    try {
+      return this.currentTraceId?.() || undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** One request, its body read within the same deadline (headers then a stall is a hung endpoint too). */

@@ -11,7 +11,8 @@
  *       if (err instanceof LoopBlockedError) console.log(err.body.error.reason);
  *     }
  *
- * The Vercel AI SDK middleware is `loop-detector-sdk/vercel-ai`.
+ * The Vercel AI SDK middleware is `loop-detector-sdk/vercel-ai`; the active OpenTelemetry span's trace for checks that
+ * name none, `activeTraceId` of `loop-detector-sdk/otel` (`currentTraceId` option).
  */
 
 export { type BlockEntry, LocalBlocklist, type Scope, type ScopeIds } from './blocklist.js';

@@ -6,7 +6,11 @@ import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { describe, test } from 'node:test';
 
+import { context as otelContext, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+
 import { LoopBlockedError, LoopGuard, pendingTool } from '../dist/index.js';
+import { activeTraceId } from '../dist/otel.js';
 import { fixture, needsService, recordingLogger, uid } from './fixture.mjs';
 
 const api = fixture?.api;
@@ -127,6 +131,31 @@ describe('fail safe against the live service', needsService, () => {
       assert.match(logger.warnings[0], /HTTP 502/);
     } finally {
       await p.close();
+    }
+  });
+
+  test("a check that names no trace takes the active OpenTelemetry span's (currentTraceId: activeTraceId)", async () => {
+    const manager = new AsyncLocalStorageContextManager().enable();
+    assert.ok(otelContext.setGlobalContextManager(manager));
+    try {
+      const guard = new LoopGuard({ endpoint: api, blocklistIntervalMs: null, currentTraceId: activeTraceId });
+      await assert.rejects(guard.check({}), /sessionId or traceId is required/); // no span: no trace
+      const inSpan = (traceId, fn) => otelContext.with(
+        trace.setSpanContext(otelContext.active(), { traceId, spanId: '00f067aa0ba902b7', traceFlags: 1 }), fn);
+      const blocked = await inSpan(fixture.traces.block, () => guard.check({}));
+      assert.deepEqual([blocked.action, blocked.source, blocked.sessionId], ['block', 'server', fixture.sessions.block]);
+      const unknown = '4bf92f3577b34da6a3ce929d0e0e4736';
+      const own = await inSpan(unknown, () => guard.check({})); // after an await, still the span's (async context)
+      assert.deepEqual([own.action, own.sessionId], ['allow', unknown]);
+      const named = await inSpan(fixture.traces.block, () => guard.check({ traceId: unknown })); // given: it wins
+      assert.equal(named.sessionId, unknown);
+      await assert.rejects(inSpan('0'.repeat(32), () => guard.check({})), /sessionId or traceId is required/);
+      const throwing = new LoopGuard({ endpoint: api, blocklistIntervalMs: null,
+        currentTraceId: () => { throw new Error('no tracer'); } });
+      await assert.rejects(throwing.check({}), /sessionId or traceId is required/); // a lookup that throws: none
+      assert.equal((await throwing.check({ sessionId: uid('lookup-throws') })).action, 'allow');
+    } finally {
+      otelContext.disable();
     }
   });
 
