@@ -25,13 +25,10 @@ from support.detector_reads import detector_calls
 from support.frameworks import NODE_PACKAGES, PYTHON_ENVS
 from support.venvs import node_modules, venv_python
 
-from detector.service.process import running_service
-from detector.settings.config import AppConfig
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 
-from openai_stub import HEALTHY_STEPS, LOOP_CALL, TOOL_SCHEMAS, serve_stub  # noqa: E402
+from openai_stub import HEALTHY_STEPS, LOOP_CALL, TOOL_SCHEMAS  # noqa: E402
 
 from detector.evaluation.simulate import wait_for_detector  # noqa: E402
 
@@ -68,21 +65,6 @@ CASES = [
     Case("langgraph-openinference", "openinference", "session.id"),
     Case("langgraph-openllmetry", "openllmetry", "traceloop.association.properties.session_id"),
 ]
-
-
-@pytest.fixture(scope="module")
-def stub_url():
-    with serve_stub() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    config = AppConfig()
-    config.detector.interval_seconds = 0.1
-    config.detector.checkpoint_seconds = 0
-    with running_service(config, tmp_path_factory.mktemp("frameworks")) as (svc, eps):
-        yield svc, eps
 
 
 def run(case: Case, eps, stub_url: str, agents: list[dict[str, Any]]) -> dict[str, Any]:

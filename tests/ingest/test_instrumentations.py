@@ -33,8 +33,6 @@ import httpx
 import pytest
 
 from detector.core.escalation import LEVEL_RANK
-from detector.service.process import running_service
-from detector.settings.config import AppConfig
 from detector.storage.transport import insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +40,7 @@ EXAMPLES = ROOT / "examples"
 AGENT = ROOT / "tests" / "support" / "instrumented_agent.py"
 sys.path.insert(0, str(EXAMPLES))
 
-from openai_stub import LOOP_CALL, serve_stub  # noqa: E402
+from openai_stub import LOOP_CALL  # noqa: E402
 from support.detector_reads import detector_calls  # noqa: E402
 from support.venvs import venv_python  # noqa: E402
 
@@ -129,21 +127,6 @@ def interpreter_for(variant: Variant) -> str:
 
 
 # -- the service and the stub -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def stub_url():
-    with serve_stub() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    config = AppConfig()
-    config.detector.interval_seconds = 0.1
-    config.detector.checkpoint_seconds = 0
-    with running_service(config, tmp_path_factory.mktemp("instrumentations")) as (svc, eps):
-        yield svc, eps
 
 
 @pytest.fixture(scope="module")

@@ -7,54 +7,13 @@ model, inject reaches the model's system prompt, a blocked session is refused be
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
-import httpx
 import pytest
 from loop_detector_sdk import AsyncLoopGuard, LoopBlockedError, LoopGuard
-from support.enforcement import FAST_LEVELS, admin_headers, agent, make_config, uid
-from support.sdk import BUDGETS, ROOT, RULES
-
-from detector.service.process import running_service
-
-sys.path.insert(0, str(ROOT / "examples"))
-from openai_stub import create_stub_app, serve_stub  # noqa: E402
+from support.enforcement import uid
 
 MODEL = "gpt-4o-mini"
-
-
-@pytest.fixture(scope="module")
-def svc(tmp_path_factory):
-    config = make_config(rules=RULES, budgets=BUDGETS, loop_detection=FAST_LEVELS)
-    with running_service(config, tmp_path_factory.mktemp("agents")) as (service, eps):
-        yield service, eps
-
-
-@pytest.fixture(scope="module")
-def stub():
-    app = create_stub_app()
-    with serve_stub(app=app) as url:
-        yield url, app.state.requests
-
-
-@pytest.fixture(scope="module")
-def inject_session(svc):
-    _, eps = svc
-    session = uid("inject")
-    with agent(eps.otlp, eps.api, session) as a:
-        a.drive_to("inject")
-    return session
-
-
-@pytest.fixture()
-def blocked_session(svc):
-    service, eps = svc
-    session = uid("blocked")
-    assert httpx.post(f"{eps.api}/admin/loop-detection/sessions/{session}/block",
-                      headers=admin_headers(service)).status_code == 200
-    yield session
-    httpx.post(f"{eps.api}/admin/loop-detection/sessions/{session}/unblock", headers=admin_headers(service))
 
 
 # -- LangChain v1 ------------------------------------------------------------------------------------------------

@@ -28,13 +28,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from support.enforcement import FAST_LEVELS, admin_headers, agent, make_config, uid
-from support.sdk import BUDGETS, ROOT, RULES, SDK_PYTHON, cached_venv, run
-
-from detector.service.process import running_service
-
-sys.path.insert(0, str(ROOT / "examples"))
-from openai_stub import create_stub_app, serve_stub  # noqa: E402
+from support.enforcement import admin_headers, agent, uid
+from support.sdk import ROOT, SDK_PYTHON, cached_venv, run
 
 REQUIREMENTS = ["litellm[proxy]>=1.80,<2"]
 CONFIG = ROOT / "examples" / "litellm_proxy" / "config.yaml"  # the example's config, as documented
@@ -50,20 +45,6 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def litellm_python() -> Path:
     return cached_venv("litellm-proxy", REQUIREMENTS)
-
-
-@pytest.fixture(scope="module")
-def svc(tmp_path_factory):
-    config = make_config(rules=RULES, budgets=BUDGETS, loop_detection=FAST_LEVELS)
-    with running_service(config, tmp_path_factory.mktemp("litellm")) as (service, eps):
-        yield service, eps
-
-
-@pytest.fixture(scope="module")
-def stub():
-    app = create_stub_app()
-    with serve_stub(app=app) as url:
-        yield url, app.state.requests
 
 
 @pytest.fixture(scope="module")
