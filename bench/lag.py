@@ -214,15 +214,11 @@ def measure(proc: ServeProcess, monitor: Monitor, rate: int, seconds: float, ses
         lags.append(seen - p.at)
         acks.append(p.acked - p.at)  # the ingest part: queued, inserted, answered
         reflections.append(seen - p.acked)  # the detection part: the next cycle's start and its run
-    lags.sort()
-    acks.sort()
-    reflections.sort()
     span_seconds = timed[-1].at - timed[0].at + 1 / REQUESTS_PER_SECOND
     return {"rate": rate, "achieved": sum(p.spans for p in timed) / max(span_seconds, max(p.acked for p in timed)
                                                                          - timed[0].at),
-            "p50": statistics.median(lags), "p99": _p99(lags), "max": lags[-1],
-            "ack_p50": statistics.median(acks), "ack_p99": _p99(acks),
-            "reflect_p50": statistics.median(reflections), "reflect_p99": _p99(reflections),
+            **_percentiles("", lags), "max": max(lags), **_percentiles("ack_", acks),
+            **_percentiles("reflect_", reflections),
             "cycle_mean": (after[0] - before[0]) / max(1.0, after[1] - before[1]), "load": load,
             "late": sum(1 for p in timed if p.acked - p.at > 1.0) / len(timed)}
 
@@ -250,16 +246,14 @@ def exact(data_dir: Path, monitor: Monitor, timed: list[Planned]) -> dict[str, f
         lags.append(seen - p.at)
         queued.append(inserted[p.span_id] - p.at)
         reflections.append(seen - inserted[p.span_id])
-    lags.sort()
-    queued.sort()
-    reflections.sort()
-    return {"exact_p50": statistics.median(lags), "exact_p99": _p99(lags), "queued_p50": statistics.median(queued),
-            "queued_p99": _p99(queued), "inserted_p50": statistics.median(reflections),
-            "inserted_p99": _p99(reflections)}
+    return {**_percentiles("exact_", lags), **_percentiles("queued_", queued), **_percentiles("inserted_", reflections)}
 
 
-def _p99(sorted_values: list[float]) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(0.99 * len(sorted_values)))]
+def _percentiles(prefix: str, values: list[float]) -> dict[str, float]:
+    """``{prefix}p50`` and ``{prefix}p99`` of ``values``."""
+    ordered = sorted(values)
+    return {f"{prefix}p50": statistics.median(ordered),
+            f"{prefix}p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]}
 
 
 def table(baseline: dict[str, float], results: list[dict[str, float]], sessions: int) -> str:

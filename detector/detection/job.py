@@ -234,11 +234,10 @@ class DetectorJob:
         with self.store.exclusive():
             now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
             cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
-            if cutoff > self.watermark_us:
-                index, count = self.shard
-                new_calls = self.store.arrow(SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff,
-                                                                "shards": count, "shard": index})
-        if cutoff <= self.watermark_us:
+            index, count = self.shard
+            new_calls = None if cutoff <= self.watermark_us else self.store.arrow(
+                SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index})
+        if new_calls is None:  # nothing can be new (the checkpoint still runs outside the store's hold)
             self._maybe_checkpoint(now_us)
             return CycleStats(watermark_us=self.watermark_us)
         calls = self.log_content.enrich(Call.from_columns(new_calls.to_pydict()))
