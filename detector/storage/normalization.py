@@ -1,0 +1,125 @@
+"""Staged spans to ``otel.genai_calls``: the detection cycle's first statement, and the reads around it.
+
+A span reaches the detector in two steps. On insert, the cheap view of ``clickhouse/002_genai_calls.sql`` stages it
+in ``otel.genai_spans`` as it is (attributes, events, insertion time). Once per detection cycle, the staged spans since
+the cycle's watermark are normalized, fingerprinted and joined to their content logs by **one** statement over the
+whole batch: an ``INSERT INTO otel.genai_calls ... SELECT`` from the parameterized view
+``otel.genai_calls_normalized`` (``clickhouse/007_genai_calls_normalized.sql``, the normalization's one home). The
+cycle then reads the batch's calls from ``otel.genai_calls`` as it always has. Every statement here only *queries*
+that view, with parameters: no SQL is assembled from another's text.
+
+Why it is safe to run the transform any number of times over overlapping ranges: a staged span's row keeps the span's
+insertion time (``inserted_at``), and the statement skips the (trace, span, insertion) it finds already written in the
+range. So a cycle killed after its transform and before its watermark moved transforms nothing twice when it runs
+again, and a replica's replay after a restart transforms nothing at all.
+
+Detector replicas (``serve --shard I/N``) each transform the spans of their own sessions
+(``cityHash64(session_id) % N = I``), so every staged span is written by exactly one replica; each reads its own calls
+from ``otel.genai_calls`` and, since a tool span usually names no session (its session is its trace, hashed anywhere),
+every other replica's tool calls of the range too: those already written from the table, the others straight from
+the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from detector.storage.call_rows import CALL_COLUMNS
+from detector.storage.transport import Store
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["CALLS_TABLE", "NORMALIZED_VIEW", "Normalization", "SELECT_CALL_TABLE_COLUMNS", "SELECT_NEW_CALLS",
+           "SELECT_NEW_SHARD_CALLS", "SELECT_NOW_US", "STAGING_TABLE", "normalize_staged", "transform_statement"]
+
+CALLS_TABLE: Final = "otel.genai_calls"
+STAGING_TABLE: Final = "otel.genai_spans"
+NORMALIZED_VIEW: Final = "otel.genai_calls_normalized"
+
+# The columns the transform writes: every stored column of otel.genai_calls (the view gives each by name).
+SELECT_CALL_TABLE_COLUMNS: Final = """
+SELECT name FROM system.columns
+WHERE database = 'otel' AND table = 'genai_calls' AND default_kind NOT IN ('MATERIALIZED', 'ALIAS', 'EPHEMERAL')
+ORDER BY position
+"""
+
+# The view's arguments: the range of insertion times (microseconds) and the replica's share.
+_VIEW_ARGUMENTS: Final = ("watermark = {watermark:Int64}, cutoff = {cutoff:Int64}, shards = {shards:UInt32}, "
+                          "shard = {shard:UInt32}, own_shard = {own_shard:UInt8}")
+_RANGE: Final = ("inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) "
+                 "AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})")
+# The (trace, span, insertion) already written in the range: what a transform run again must not write twice.
+_WRITTEN: Final = f"SELECT trace_id, span_id, inserted_at FROM {CALLS_TABLE} WHERE {_RANGE}"
+
+
+
+def transform_statement(columns: Sequence[str]) -> str:
+    """Step 0 of a cycle: the replica's staged spans of (watermark, cutoff] as calls, once each. ``columns`` is the
+    table's own column list (:data:`SELECT_CALL_TABLE_COLUMNS`): identifiers the store reported, never input."""
+    names = ", ".join(f"`{name}`" for name in columns)
+    return (f"INSERT INTO {CALLS_TABLE} ({names}) SELECT {names} FROM {NORMALIZED_VIEW}({_VIEW_ARGUMENTS}) "
+            f"WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN})")
+
+
+# The calls of (watermark, cutoff] as the engine reads them (detector.core.models.Call), in span order. One
+# detector: every row of the range.
+SELECT_NEW_CALLS: Final = f"""
+SELECT {CALL_COLUMNS}
+FROM {CALLS_TABLE}
+WHERE {_RANGE}
+ORDER BY ts_ns, span_id
+"""
+# Several replicas: the replica's own calls and every replica's tool calls, from the table, and the other replicas'
+# tool calls not written yet, from the view (a replica transforms only its own share, and may run behind).
+SELECT_NEW_SHARD_CALLS: Final = f"""
+SELECT * FROM (
+    SELECT {CALL_COLUMNS} FROM {CALLS_TABLE}
+    WHERE {_RANGE} AND (call_kind = 'tool' OR cityHash64(session_id) % {{shards:UInt32}} = {{shard:UInt32}})
+    UNION ALL
+    SELECT {CALL_COLUMNS} FROM {NORMALIZED_VIEW}({_VIEW_ARGUMENTS})
+    WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN}))
+ORDER BY ts_ns, span_id
+"""
+
+
+class Normalization:
+    """The transform and the read of one detector (replica ``shard`` of ``shards``). The write's column list is read
+    from the store once, on first use (the table an older data directory was upgraded to has every column: the DDL
+    adds them at start)."""
+
+    def __init__(self, store: Store, shard: int = 0, shards: int = 1) -> None:
+        self.store = store
+        self.shard = shard
+        self.shards = shards
+        self._transform: str | None = None
+
+    def transform(self, watermark_us: int, cutoff_us: int) -> None:
+        """Write the calls of this replica's spans staged in (watermark, cutoff] into ``otel.genai_calls``; those
+        already written are skipped."""
+        if self._transform is None:
+            self._transform = transform_statement([r["name"] for r in self.store.rows(SELECT_CALL_TABLE_COLUMNS)])
+        self.store.command(self._transform, self._arguments(watermark_us, cutoff_us, own=True))
+
+    def read(self, watermark_us: int, cutoff_us: int) -> pa.Table:
+        """The calls of (watermark, cutoff] this replica scores, as ``Call`` columns in span order."""
+        if self.shards == 1:
+            return self.store.arrow(SELECT_NEW_CALLS, {"watermark": watermark_us, "cutoff": cutoff_us})
+        return self.store.arrow(SELECT_NEW_SHARD_CALLS, self._arguments(watermark_us, cutoff_us, own=False))
+
+    def _arguments(self, watermark_us: int, cutoff_us: int, own: bool) -> dict[str, int]:
+        return {"watermark": watermark_us, "cutoff": cutoff_us, "shards": self.shards, "shard": self.shard,
+                "own_shard": int(own)}
+
+
+SELECT_NOW_US: Final = "SELECT toUnixTimestamp64Micro(now64(6)) AS now_us"
+
+
+def normalize_staged(store: Store, after_us: int = 0) -> int:
+    """Transform every span staged after ``after_us`` up to now (one detector's share: all of them), as a detection
+    cycle would; returns the range's end. For tools and tests that read ``otel.genai_calls`` without running a
+    detector."""
+    now_us = int(store.rows(SELECT_NOW_US)[0]["now_us"])
+    Normalization(store).transform(after_us, now_us)
+    return now_us
