@@ -51,7 +51,7 @@ from support.otlp_load import Senders, audit_store  # noqa: E402
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
 
-from detector.ingest.commit import read_journal  # noqa: E402
+from detector.ingest.journal import read_journal  # noqa: E402
 from detector.storage.transport import ChdbStore  # noqa: E402
 
 SECTION = "## Reliability probes (bench/reliability.py)"
@@ -216,7 +216,8 @@ def probe_poison(rounds: int = 20) -> list[str]:
 
     from support.servers import serve_app
 
-    from detector.ingest.receiver import IngestMetrics, create_otlp_app
+    from detector.ingest.metrics import IngestMetrics
+    from detector.ingest.receiver import create_otlp_app
     from detector.settings.config import IngestSettings
     from detector.storage.schema import apply_schema
 

@@ -11,104 +11,21 @@
 -- and reads the second as it is.
 --
 -- Content in logs: instrumentations in event mode (openai-v2 `event_only`, util-genai's `span_and_event`, older
--- per-message events) write a call's messages into log records carrying the span's trace and span id. A model call's
--- span that has such records is read twice: as it is, and with its logs folded in (the details record's attributes
--- under the span's own, the span winning; each per-message record appended as a span event whose
--- gen_ai.event.content is the record's body). The second reading is kept when the first has no content and the second
--- has (`preference`), so a call gets the same fingerprints in span mode and in event mode. A retried logs export may
--- store a record twice: the details record is read once (the newest), per-message records distinct. Timing: a log
--- record must be stored by the time its span is normalized; util-genai emits it before it ends the span and the SDK
--- exports logs every second (spans: every five); `detector.watermark_lag_seconds` gives stragglers more time.
+-- per-message events) write a call's messages into log records carrying the span's trace and span id. A model call
+-- whose span carries no messages of its own (gen_ai.input.messages / gen_ai.output.messages, on the span or in its
+-- details span events) is read with its content logs folded in: the details record's attributes under the span's own
+-- (the span winning), each per-message record appended as a span event whose gen_ai.event.content is the record's body.
+-- So a call gets the same fingerprints in span mode and in event mode. A retried logs export may store a record twice:
+-- the details record is read once (the newest), per-message records distinct. Timing: a log record must be stored by
+-- the time its span is normalized; util-genai emits it before it ends the span and the SDK exports logs every second
+-- (spans: every five); `detector.watermark_lag_seconds` gives stragglers more time.
 --
 -- The steps below are nested so that each attribute is looked up once and each expression is analysed once (an alias
--- used by another expression of its own SELECT is analysed again there). (3) fingerprints, from (2c) the content
--- normalized, from (2b) what came back, from (2) the dialects normalized, from (2a) each dialect's building blocks,
--- from (1) the attributes read, over (0) the staged spans, each once more with its content logs when it has some.
+-- used by another expression of its own SELECT is analysed again there; the statement is analysed once per cycle, but
+-- a cycle that waits for it is a decision that waits). (3) fingerprints, from (2c) the content normalized, from (2b)
+-- what came back, from (2) the dialects normalized, from (2a) each dialect's building blocks, from (1) the attributes
+-- read, from (0b) the content logs folded in, from (0a) the batch: the staged spans of the range, keys resolved.
 CREATE OR REPLACE VIEW otel.genai_calls_normalized AS
-WITH
--- (0) the batch: the spans staged in (watermark, cutoff] that are GenAI calls (or name a session), of this replica's
--- sessions or the others' tool calls
-staged AS (
-    SELECT *,
-        -- Lookups cost: a Map with LowCardinality keys is searched row by row per subscript, about 3x slower than a
-        -- plain Map(String, String) (one CAST per row, measured)
-        CAST(attributes, 'Map(String, String)') AS a, CAST(resource_attributes, 'Map(String, String)') AS r,
-        a['gen_ai.operation.name'] AS op_named,
-        a['openinference.span.kind'] AS oi_kind,
-        a['llm.request.type'] AS ol_request_type,
-        a['traceloop.span.kind'] AS tl_kind,
-        a['ai.operationId'] AS vc_op,
-        -- the attributes that can name the session, first non-empty wins (docs/instrumentations.md)
-        [a['gen_ai.conversation.id'], a['session.id'], a['traceloop.association.properties.session_id'],
-            a['langfuse.session.id'], a['loop_detector.session_id'], a['ai.telemetry.metadata.sessionId'],
-            a['ai.telemetry.metadata.session_id'], a['gcp.vertex.agent.session_id'],
-            r['gen_ai.conversation.id'], r['session.id'], r['loop_detector.session_id']] AS session_values
-    FROM otel.genai_spans
-    WHERE inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})),
-keyed AS (
-    SELECT *,
-        multiIf(
-            -- Google ADK's legacy schema reports each model call twice: call_llm (content, session) and a stable-semconv
-            -- twin under it (gen_ai.system, no gen_ai.provider.name); the twin is skipped
-            op_named = 'generate_content' AND a['gcp.vertex.agent.event_id'] != '' AND a['gen_ai.system'] != ''
-                AND a['gen_ai.provider.name'] = '', '',
-            -- a span is a tool call when any dialect says so (pydantic-ai's older tool spans carry gen_ai.tool.* only)
-            op_named = 'execute_tool' OR oi_kind = 'TOOL' OR tl_kind = 'tool' OR vc_op = 'ai.toolCall'
-                OR (a['gen_ai.tool.name'] != '' AND op_named = '' AND ol_request_type = '' AND oi_kind = ''),
-                'execute_tool',
-            op_named != '', op_named,
-            ol_request_type = 'chat', 'chat',
-            ol_request_type = 'completion', 'text_completion',
-            ol_request_type = 'embedding', 'embeddings',
-            oi_kind = 'LLM', 'chat',
-            oi_kind = 'AGENT', 'invoke_agent',
-            oi_kind = 'EMBEDDING', 'embeddings',
-            tl_kind = 'agent', 'invoke_agent',
-            vc_op IN ('ai.generateText.doGenerate', 'ai.streamText.doStream', 'ai.generateObject.doGenerate',
-                'ai.streamObject.doStream'), 'chat',
-            vc_op IN ('ai.embed.doEmbed', 'ai.embedMany.doEmbed'), 'embeddings',
-            vc_op IN ('ai.generateText', 'ai.streamText', 'ai.generateObject', 'ai.streamObject'), 'invoke_agent',
-            span_name = 'call_llm' AND a['gcp.vertex.agent.llm_request'] != '', 'generate_content',
-            '') AS operation,
-        arrayFirstIndex(x -> x != '', session_values) AS session_index
-    FROM staged),
-batch AS (
-    SELECT inserted_at, ts, duration_ns, trace_id, span_id, parent_span_id, service_name, span_name, status_code,
-        status_message, operation, oi_kind, tl_kind,
-        -- the first non-empty session attribute: span, then resource, else the trace
-        if(session_index = 0, trace_id, session_values[session_index]) AS session_id,
-        if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
-            'traceloop.association.properties.session_id', 'langfuse.session.id', 'loop_detector.session_id',
-            'ai.telemetry.metadata.sessionId', 'ai.telemetry.metadata.session_id', 'gcp.vertex.agent.session_id',
-            'resource:gen_ai.conversation.id', 'resource:session.id', 'resource:loop_detector.session_id'], session_index))
-            AS session_source,
-        a, r, CAST(event_names, 'Array(String)') AS ev_names,
-        CAST(event_attributes, 'Array(Map(String, String))') AS ev_attrs
-    FROM keyed
-    -- GenAI calls, and the spans that name a session without being one (roots, framework graph and workflow spans)
-    WHERE (operation != '' OR (session_index > 0 AND (parent_span_id = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != '')))
-      AND (cityHash64(session_id) % {shards:UInt32} = {shard:UInt32}) = {own_shard:UInt8}
-      AND ({own_shard:UInt8} = 1 OR operation = 'execute_tool')),
--- the model calls of the batch, with the content their log records carry (by trace and span id)
-llm_calls AS (SELECT * FROM batch WHERE operation IN ('chat', 'text_completion', 'generate_content')),
-content_logs AS (
-    SELECT TraceId, SpanId,
-        argMaxIf(CAST(LogAttributes, 'Map(String, String)'), Timestamp, event = 'gen_ai.client.inference.operation.details')
-            AS details,
-        arraySort(x -> x.1, arrayDistinct(groupArrayIf((Timestamp, event, Body),
-            event != 'gen_ai.client.inference.operation.details'))) AS messages,
-        arrayMap(x -> x.2, messages) AS event_names,
-        arrayMap(x -> map('gen_ai.event.content', x.3), messages) AS event_attributes
-    FROM (
-        SELECT TraceId, SpanId, Timestamp, Body, LogAttributes,
-            if(EventName != '', EventName, LogAttributes['event.name']) AS event
-        FROM otel.otel_logs
-        WHERE (TraceId, SpanId) IN (SELECT trace_id, span_id FROM llm_calls))
-    WHERE event IN ('gen_ai.client.inference.operation.details', 'gen_ai.system.message', 'gen_ai.user.message',
-        'gen_ai.assistant.message', 'gen_ai.tool.message', 'gen_ai.choice')
-    GROUP BY TraceId, SpanId)
-SELECT * EXCEPT (copy, preference)
-FROM (
 SELECT
     inserted_at, ts, end_ts, trace_id, span_id, parent_span_id, session_id, session_source, virtual_key, feature,
     service_name,
@@ -157,10 +74,7 @@ SELECT
     if(normalized[3] != '', cityHash64(normalized[3]), 0) AS output_fp,
     if(normalized[3] != '', ngramSimHashCaseInsensitiveUTF8(normalized[3]), 0) AS output_norm_simhash,
     arrayMap(x -> if(x != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(x, '\\d+', '#')), 0), out_tool_args)
-        AS out_tool_arg_simhashes,
-    -- which of a span's two readings is kept (the highest): its own, unless it is a model call without content and
-    -- its logs gave it some
-    copy, multiIf(from_logs = 0, if(is_llm AND NOT has_content, 0, 2), has_content, 1, -1) AS preference
+        AS out_tool_arg_simhashes
 FROM (
 -- (2c) what came back, the arguments and the reply, each with incidental variation normalized (see the top of
 -- this SELECT)
@@ -351,10 +265,9 @@ SELECT
     -- never fail on one span)
     fromUnixTimestamp64Nano(toInt64(least(toInt128(toUnixTimestamp64Nano(ts)) + duration_ns, 9223372036854775807)))
         AS end_ts,
-    trace_id, span_id, parent_span_id, service_name, session_id, session_source, from_logs, copy,
+    trace_id, span_id, parent_span_id, service_name, session_id, session_source,
     span_name AS SpanName, status_code AS StatusCode, status_message AS StatusMessage,
-    a, operation AS op, oi_kind, tl_kind,
-    op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
+    a0 AS a, op, oi_kind, tl_kind, is_llm, log_input_messages, log_output_messages,
     oi_kind != '' AS oi,
     a['ai.operationId'] != '' AND a['ai.prompt.messages'] != '' AS vc,
     a['ai.prompt.messages'] AS vc_prompt,
@@ -369,10 +282,10 @@ SELECT
         'gen_ai.tool.message', 'gen_ai.choice', 'gen_ai.content.prompt', 'gen_ai.content.completion']) AS ev,
     -- semconv messages on the span, or in its gen_ai.client.inference.operation.details span events (Strands)
     arrayFilter((x, n) -> n = 'gen_ai.client.inference.operation.details', ev_attrs, ev_names) AS detail_events,
-    if(a['gen_ai.input.messages'] != '', a['gen_ai.input.messages'],
+    multiIf(a['gen_ai.input.messages'] != '', a['gen_ai.input.messages'], log_input_messages != '', log_input_messages,
         arrayStringConcat(arrayMap(x -> x['gen_ai.input.messages'], detail_events))) AS in_msgs,
-    if(a['gen_ai.output.messages'] != '', a['gen_ai.output.messages'],
-        arrayStringConcat(arrayMap(x -> x['gen_ai.output.messages'], detail_events))) AS out_msgs,
+    multiIf(a['gen_ai.output.messages'] != '', a['gen_ai.output.messages'], log_output_messages != '',
+        log_output_messages, arrayStringConcat(arrayMap(x -> x['gen_ai.output.messages'], detail_events))) AS out_msgs,
     if(out_msgs != '', arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs))), [])
         AS sc_parts,
     a['input.value'] AS input_value,
@@ -412,20 +325,95 @@ SELECT
     a['gen_ai.request.max_tokens'] AS max_tokens,
     a['gen_ai.request.temperature'] AS temperature
 FROM (
-    -- each staged span as it is, and each model call that has content logs once more with them folded in; a span
-    -- staged twice by one insert is two calls, each read both ways (`copy` pairs the readings)
-    SELECT *, 0 AS from_logs, row_number() OVER (PARTITION BY trace_id, span_id, inserted_at) AS copy
-    FROM batch
-    UNION ALL
-    SELECT s.inserted_at, s.ts, s.duration_ns, s.trace_id, s.span_id, s.parent_span_id, s.service_name, s.span_name,
-        s.status_code, s.status_message, s.operation, s.oi_kind, s.tl_kind, s.session_id, s.session_source,
-        mapUpdate(l.details, s.a) AS a, s.r, arrayConcat(s.ev_names, l.event_names) AS ev_names,
-        arrayConcat(s.ev_attrs, l.event_attributes) AS ev_attrs, 1 AS from_logs,
-        row_number() OVER (PARTITION BY s.trace_id, s.span_id, s.inserted_at) AS copy
-    FROM llm_calls AS s INNER JOIN content_logs AS l ON s.trace_id = l.TraceId AND s.span_id = l.SpanId)
-)))))
-ORDER BY trace_id, span_id, inserted_at, copy, preference DESC
-LIMIT 1 BY trace_id, span_id, inserted_at, copy)
+-- (0b) a model call whose span carries no messages of its own, with the messages its content log records carry: the
+-- details record's (the newest), and each per-message record as a span event whose gen_ai.event.content is its body
+SELECT s.*, l.input_messages AS log_input_messages, l.output_messages AS log_output_messages,
+    arrayConcat(s.ev_names0, l.event_names) AS ev_names, arrayConcat(s.ev_attrs0, l.event_attributes) AS ev_attrs
+FROM (
+-- (0a) the batch: the spans staged in (watermark, cutoff] that are GenAI calls (or name a session), with their keys: the
+-- operation and the session; those of this replica's sessions, or the other replicas' tool calls
+SELECT inserted_at, ts, duration_ns, trace_id, span_id, parent_span_id, service_name, span_name, status_code,
+    status_message, a0, r, CAST(event_names, 'Array(String)') AS ev_names0,
+    CAST(event_attributes, 'Array(Map(String, String))') AS ev_attrs0, operation AS op, oi_kind, tl_kind,
+    op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
+    -- a model call whose span carries no messages of its own takes them from its content logs, if it has some
+    is_llm AND a0['gen_ai.input.messages'] = '' AND a0['gen_ai.output.messages'] = ''
+        AND NOT has(ev_names0, 'gen_ai.client.inference.operation.details') AS content_wanted,
+    -- the first non-empty session attribute: span, then resource, else the trace
+    if(session_index = 0, trace_id, session_values[session_index]) AS session_id,
+    if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
+        'traceloop.association.properties.session_id', 'langfuse.session.id', 'loop_detector.session_id',
+        'ai.telemetry.metadata.sessionId', 'ai.telemetry.metadata.session_id', 'gcp.vertex.agent.session_id',
+        'resource:gen_ai.conversation.id', 'resource:session.id', 'resource:loop_detector.session_id'], session_index))
+        AS session_source
+FROM (
+SELECT *,
+    multiIf(
+        -- Google ADK's legacy schema reports each model call twice: call_llm (content, session) and a stable-semconv
+        -- twin under it (gen_ai.system, no gen_ai.provider.name); the twin is skipped
+        op_named = 'generate_content' AND a0['gcp.vertex.agent.event_id'] != '' AND a0['gen_ai.system'] != ''
+            AND a0['gen_ai.provider.name'] = '', '',
+        -- a span is a tool call when any dialect says so (pydantic-ai's older tool spans carry gen_ai.tool.* only)
+        op_named = 'execute_tool' OR oi_kind = 'TOOL' OR tl_kind = 'tool' OR vc_op = 'ai.toolCall'
+            OR (a0['gen_ai.tool.name'] != '' AND op_named = '' AND ol_request_type = '' AND oi_kind = ''), 'execute_tool',
+        op_named != '', op_named,
+        ol_request_type = 'chat', 'chat',
+        ol_request_type = 'completion', 'text_completion',
+        ol_request_type = 'embedding', 'embeddings',
+        oi_kind = 'LLM', 'chat',
+        oi_kind = 'AGENT', 'invoke_agent',
+        oi_kind = 'EMBEDDING', 'embeddings',
+        tl_kind = 'agent', 'invoke_agent',
+        vc_op IN ('ai.generateText.doGenerate', 'ai.streamText.doStream', 'ai.generateObject.doGenerate',
+            'ai.streamObject.doStream'), 'chat',
+        vc_op IN ('ai.embed.doEmbed', 'ai.embedMany.doEmbed'), 'embeddings',
+        vc_op IN ('ai.generateText', 'ai.streamText', 'ai.generateObject', 'ai.streamObject'), 'invoke_agent',
+        span_name = 'call_llm' AND a0['gcp.vertex.agent.llm_request'] != '', 'generate_content',
+        '') AS operation,
+    arrayFirstIndex(x -> x != '', session_values) AS session_index
+FROM (
+SELECT *,
+    -- Lookups cost: a Map with LowCardinality keys is searched row by row per subscript, about 3x slower than a plain
+    -- Map(String, String) (one CAST per row, measured)
+    CAST(attributes, 'Map(String, String)') AS a0, CAST(resource_attributes, 'Map(String, String)') AS r,
+    a0['gen_ai.operation.name'] AS op_named,
+    a0['openinference.span.kind'] AS oi_kind,
+    a0['llm.request.type'] AS ol_request_type,
+    a0['traceloop.span.kind'] AS tl_kind,
+    a0['ai.operationId'] AS vc_op,
+    -- the attributes that can name the session, first non-empty wins (docs/instrumentations.md)
+    [a0['gen_ai.conversation.id'], a0['session.id'], a0['traceloop.association.properties.session_id'],
+        a0['langfuse.session.id'], a0['loop_detector.session_id'], a0['ai.telemetry.metadata.sessionId'],
+        a0['ai.telemetry.metadata.session_id'], a0['gcp.vertex.agent.session_id'],
+        r['gen_ai.conversation.id'], r['session.id'], r['loop_detector.session_id']] AS session_values
+FROM otel.genai_spans
+WHERE inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})))
+-- GenAI calls, and the spans that name a session without being one (roots, framework graph and workflow spans)
+WHERE (operation != '' OR (session_index > 0 AND (parent_span_id = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != '')))
+  AND (cityHash64(session_id) % {shards:UInt32} = {shard:UInt32}) = {own_shard:UInt8}
+  AND ({own_shard:UInt8} = 1 OR operation = 'execute_tool')) AS s
+-- the content log records of the spans staged in the range, by trace and span id
+LEFT JOIN (
+    SELECT TraceId, SpanId,
+        argMaxIf(LogAttributes['gen_ai.input.messages'], Timestamp, event = 'gen_ai.client.inference.operation.details')
+            AS input_messages,
+        argMaxIf(LogAttributes['gen_ai.output.messages'], Timestamp, event = 'gen_ai.client.inference.operation.details')
+            AS output_messages,
+        arraySort(x -> x.1, arrayDistinct(groupArrayIf((Timestamp, event, Body),
+            event != 'gen_ai.client.inference.operation.details'))) AS messages,
+        arrayMap(x -> x.2, messages) AS event_names,
+        arrayMap(x -> map('gen_ai.event.content', x.3), messages) AS event_attributes
+    FROM (
+        SELECT TraceId, SpanId, Timestamp, Body, LogAttributes,
+            if(EventName != '', EventName, LogAttributes['event.name']) AS event
+        FROM otel.otel_logs
+        WHERE (TraceId, SpanId) IN (SELECT trace_id, span_id FROM otel.genai_spans WHERE inserted_at
+            > fromUnixTimestamp64Micro({watermark:Int64}) AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})))
+    WHERE event IN ('gen_ai.client.inference.operation.details', 'gen_ai.system.message', 'gen_ai.user.message',
+        'gen_ai.assistant.message', 'gen_ai.tool.message', 'gen_ai.choice')
+    GROUP BY TraceId, SpanId) AS l
+ON s.trace_id = l.TraceId AND if(s.content_wanted, s.span_id, '') = l.SpanId
+))))))
 -- optimize_and_compare_chain adds the comparisons an AND chain implies (a < b AND b < 3: a < 3), for filters that
 -- read stored data; it took half of this SELECT's analysis (docs/benchmarks.md, "The view's cost per insert")
 SETTINGS optimize_and_compare_chain = 0;

@@ -387,79 +387,6 @@ CREATE TABLE IF NOT EXISTS otel.loop_webhook_outbox ON CLUSTER 'loop_cluster' AS
 ENGINE = Distributed('loop_cluster', 'otel', 'loop_webhook_outbox_local', cityHash64(event_id));
 
 CREATE OR REPLACE VIEW otel.genai_calls_normalized ON CLUSTER 'loop_cluster' AS
-WITH
-staged AS (
-    SELECT *,
-        CAST(attributes, 'Map(String, String)') AS a, CAST(resource_attributes, 'Map(String, String)') AS r,
-        a['gen_ai.operation.name'] AS op_named,
-        a['openinference.span.kind'] AS oi_kind,
-        a['llm.request.type'] AS ol_request_type,
-        a['traceloop.span.kind'] AS tl_kind,
-        a['ai.operationId'] AS vc_op,
-        [a['gen_ai.conversation.id'], a['session.id'], a['traceloop.association.properties.session_id'],
-            a['langfuse.session.id'], a['loop_detector.session_id'], a['ai.telemetry.metadata.sessionId'],
-            a['ai.telemetry.metadata.session_id'], a['gcp.vertex.agent.session_id'],
-            r['gen_ai.conversation.id'], r['session.id'], r['loop_detector.session_id']] AS session_values
-    FROM otel.genai_spans
-    WHERE inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})),
-keyed AS (
-    SELECT *,
-        multiIf(
-            op_named = 'generate_content' AND a['gcp.vertex.agent.event_id'] != '' AND a['gen_ai.system'] != ''
-                AND a['gen_ai.provider.name'] = '', '',
-            op_named = 'execute_tool' OR oi_kind = 'TOOL' OR tl_kind = 'tool' OR vc_op = 'ai.toolCall'
-                OR (a['gen_ai.tool.name'] != '' AND op_named = '' AND ol_request_type = '' AND oi_kind = ''),
-                'execute_tool',
-            op_named != '', op_named,
-            ol_request_type = 'chat', 'chat',
-            ol_request_type = 'completion', 'text_completion',
-            ol_request_type = 'embedding', 'embeddings',
-            oi_kind = 'LLM', 'chat',
-            oi_kind = 'AGENT', 'invoke_agent',
-            oi_kind = 'EMBEDDING', 'embeddings',
-            tl_kind = 'agent', 'invoke_agent',
-            vc_op IN ('ai.generateText.doGenerate', 'ai.streamText.doStream', 'ai.generateObject.doGenerate',
-                'ai.streamObject.doStream'), 'chat',
-            vc_op IN ('ai.embed.doEmbed', 'ai.embedMany.doEmbed'), 'embeddings',
-            vc_op IN ('ai.generateText', 'ai.streamText', 'ai.generateObject', 'ai.streamObject'), 'invoke_agent',
-            span_name = 'call_llm' AND a['gcp.vertex.agent.llm_request'] != '', 'generate_content',
-            '') AS operation,
-        arrayFirstIndex(x -> x != '', session_values) AS session_index
-    FROM staged),
-batch AS (
-    SELECT inserted_at, ts, duration_ns, trace_id, span_id, parent_span_id, service_name, span_name, status_code,
-        status_message, operation, oi_kind, tl_kind,
-        if(session_index = 0, trace_id, session_values[session_index]) AS session_id,
-        if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
-            'traceloop.association.properties.session_id', 'langfuse.session.id', 'loop_detector.session_id',
-            'ai.telemetry.metadata.sessionId', 'ai.telemetry.metadata.session_id', 'gcp.vertex.agent.session_id',
-            'resource:gen_ai.conversation.id', 'resource:session.id', 'resource:loop_detector.session_id'], session_index))
-            AS session_source,
-        a, r, CAST(event_names, 'Array(String)') AS ev_names,
-        CAST(event_attributes, 'Array(Map(String, String))') AS ev_attrs
-    FROM keyed
-    WHERE (operation != '' OR (session_index > 0 AND (parent_span_id = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != '')))
-      AND (cityHash64(session_id) % {shards:UInt32} = {shard:UInt32}) = {own_shard:UInt8}
-      AND ({own_shard:UInt8} = 1 OR operation = 'execute_tool')),
-llm_calls AS (SELECT * FROM batch WHERE operation IN ('chat', 'text_completion', 'generate_content')),
-content_logs AS (
-    SELECT TraceId, SpanId,
-        argMaxIf(CAST(LogAttributes, 'Map(String, String)'), Timestamp, event = 'gen_ai.client.inference.operation.details')
-            AS details,
-        arraySort(x -> x.1, arrayDistinct(groupArrayIf((Timestamp, event, Body),
-            event != 'gen_ai.client.inference.operation.details'))) AS messages,
-        arrayMap(x -> x.2, messages) AS event_names,
-        arrayMap(x -> map('gen_ai.event.content', x.3), messages) AS event_attributes
-    FROM (
-        SELECT TraceId, SpanId, Timestamp, Body, LogAttributes,
-            if(EventName != '', EventName, LogAttributes['event.name']) AS event
-        FROM otel.otel_logs
-        WHERE (TraceId, SpanId) IN (SELECT trace_id, span_id FROM llm_calls))
-    WHERE event IN ('gen_ai.client.inference.operation.details', 'gen_ai.system.message', 'gen_ai.user.message',
-        'gen_ai.assistant.message', 'gen_ai.tool.message', 'gen_ai.choice')
-    GROUP BY TraceId, SpanId)
-SELECT * EXCEPT (copy, preference)
-FROM (
 SELECT
     inserted_at, ts, end_ts, trace_id, span_id, parent_span_id, session_id, session_source, virtual_key, feature,
     service_name,
@@ -496,8 +423,7 @@ SELECT
     if(normalized[3] != '', cityHash64(normalized[3]), 0) AS output_fp,
     if(normalized[3] != '', ngramSimHashCaseInsensitiveUTF8(normalized[3]), 0) AS output_norm_simhash,
     arrayMap(x -> if(x != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(x, '\\d+', '#')), 0), out_tool_args)
-        AS out_tool_arg_simhashes,
-    copy, multiIf(from_logs = 0, if(is_llm AND NOT has_content, 0, 2), has_content, 1, -1) AS preference
+        AS out_tool_arg_simhashes
 FROM (
 SELECT *,
     arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
@@ -655,10 +581,9 @@ SELECT
     inserted_at, ts,
     fromUnixTimestamp64Nano(toInt64(least(toInt128(toUnixTimestamp64Nano(ts)) + duration_ns, 9223372036854775807)))
         AS end_ts,
-    trace_id, span_id, parent_span_id, service_name, session_id, session_source, from_logs, copy,
+    trace_id, span_id, parent_span_id, service_name, session_id, session_source,
     span_name AS SpanName, status_code AS StatusCode, status_message AS StatusMessage,
-    a, operation AS op, oi_kind, tl_kind,
-    op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
+    a0 AS a, op, oi_kind, tl_kind, is_llm, log_input_messages, log_output_messages,
     oi_kind != '' AS oi,
     a['ai.operationId'] != '' AND a['ai.prompt.messages'] != '' AS vc,
     a['ai.prompt.messages'] AS vc_prompt,
@@ -670,10 +595,10 @@ SELECT
     hasAny(ev_names, ['gen_ai.system.message', 'gen_ai.user.message', 'gen_ai.assistant.message',
         'gen_ai.tool.message', 'gen_ai.choice', 'gen_ai.content.prompt', 'gen_ai.content.completion']) AS ev,
     arrayFilter((x, n) -> n = 'gen_ai.client.inference.operation.details', ev_attrs, ev_names) AS detail_events,
-    if(a['gen_ai.input.messages'] != '', a['gen_ai.input.messages'],
+    multiIf(a['gen_ai.input.messages'] != '', a['gen_ai.input.messages'], log_input_messages != '', log_input_messages,
         arrayStringConcat(arrayMap(x -> x['gen_ai.input.messages'], detail_events))) AS in_msgs,
-    if(a['gen_ai.output.messages'] != '', a['gen_ai.output.messages'],
-        arrayStringConcat(arrayMap(x -> x['gen_ai.output.messages'], detail_events))) AS out_msgs,
+    multiIf(a['gen_ai.output.messages'] != '', a['gen_ai.output.messages'], log_output_messages != '',
+        log_output_messages, arrayStringConcat(arrayMap(x -> x['gen_ai.output.messages'], detail_events))) AS out_msgs,
     if(out_msgs != '', arrayFlatten(arrayMap(m -> JSONExtractArrayRaw(m, 'parts'), JSONExtractArrayRaw(out_msgs))), [])
         AS sc_parts,
     a['input.value'] AS input_value,
@@ -712,16 +637,79 @@ SELECT
     a['gen_ai.request.max_tokens'] AS max_tokens,
     a['gen_ai.request.temperature'] AS temperature
 FROM (
-    SELECT *, 0 AS from_logs, row_number() OVER (PARTITION BY trace_id, span_id, inserted_at) AS copy
-    FROM batch
-    UNION ALL
-    SELECT s.inserted_at, s.ts, s.duration_ns, s.trace_id, s.span_id, s.parent_span_id, s.service_name, s.span_name,
-        s.status_code, s.status_message, s.operation, s.oi_kind, s.tl_kind, s.session_id, s.session_source,
-        mapUpdate(l.details, s.a) AS a, s.r, arrayConcat(s.ev_names, l.event_names) AS ev_names,
-        arrayConcat(s.ev_attrs, l.event_attributes) AS ev_attrs, 1 AS from_logs,
-        row_number() OVER (PARTITION BY s.trace_id, s.span_id, s.inserted_at) AS copy
-    FROM llm_calls AS s INNER JOIN content_logs AS l ON s.trace_id = l.TraceId AND s.span_id = l.SpanId)
-)))))
-ORDER BY trace_id, span_id, inserted_at, copy, preference DESC
-LIMIT 1 BY trace_id, span_id, inserted_at, copy)
+SELECT s.*, l.input_messages AS log_input_messages, l.output_messages AS log_output_messages,
+    arrayConcat(s.ev_names0, l.event_names) AS ev_names, arrayConcat(s.ev_attrs0, l.event_attributes) AS ev_attrs
+FROM (
+SELECT inserted_at, ts, duration_ns, trace_id, span_id, parent_span_id, service_name, span_name, status_code,
+    status_message, a0, r, CAST(event_names, 'Array(String)') AS ev_names0,
+    CAST(event_attributes, 'Array(Map(String, String))') AS ev_attrs0, operation AS op, oi_kind, tl_kind,
+    op IN ('chat', 'text_completion', 'generate_content') AS is_llm,
+    is_llm AND a0['gen_ai.input.messages'] = '' AND a0['gen_ai.output.messages'] = ''
+        AND NOT has(ev_names0, 'gen_ai.client.inference.operation.details') AS content_wanted,
+    if(session_index = 0, trace_id, session_values[session_index]) AS session_id,
+    if(session_index = 0, 'trace', arrayElement(['gen_ai.conversation.id', 'session.id',
+        'traceloop.association.properties.session_id', 'langfuse.session.id', 'loop_detector.session_id',
+        'ai.telemetry.metadata.sessionId', 'ai.telemetry.metadata.session_id', 'gcp.vertex.agent.session_id',
+        'resource:gen_ai.conversation.id', 'resource:session.id', 'resource:loop_detector.session_id'], session_index))
+        AS session_source
+FROM (
+SELECT *,
+    multiIf(
+        op_named = 'generate_content' AND a0['gcp.vertex.agent.event_id'] != '' AND a0['gen_ai.system'] != ''
+            AND a0['gen_ai.provider.name'] = '', '',
+        op_named = 'execute_tool' OR oi_kind = 'TOOL' OR tl_kind = 'tool' OR vc_op = 'ai.toolCall'
+            OR (a0['gen_ai.tool.name'] != '' AND op_named = '' AND ol_request_type = '' AND oi_kind = ''), 'execute_tool',
+        op_named != '', op_named,
+        ol_request_type = 'chat', 'chat',
+        ol_request_type = 'completion', 'text_completion',
+        ol_request_type = 'embedding', 'embeddings',
+        oi_kind = 'LLM', 'chat',
+        oi_kind = 'AGENT', 'invoke_agent',
+        oi_kind = 'EMBEDDING', 'embeddings',
+        tl_kind = 'agent', 'invoke_agent',
+        vc_op IN ('ai.generateText.doGenerate', 'ai.streamText.doStream', 'ai.generateObject.doGenerate',
+            'ai.streamObject.doStream'), 'chat',
+        vc_op IN ('ai.embed.doEmbed', 'ai.embedMany.doEmbed'), 'embeddings',
+        vc_op IN ('ai.generateText', 'ai.streamText', 'ai.generateObject', 'ai.streamObject'), 'invoke_agent',
+        span_name = 'call_llm' AND a0['gcp.vertex.agent.llm_request'] != '', 'generate_content',
+        '') AS operation,
+    arrayFirstIndex(x -> x != '', session_values) AS session_index
+FROM (
+SELECT *,
+    CAST(attributes, 'Map(String, String)') AS a0, CAST(resource_attributes, 'Map(String, String)') AS r,
+    a0['gen_ai.operation.name'] AS op_named,
+    a0['openinference.span.kind'] AS oi_kind,
+    a0['llm.request.type'] AS ol_request_type,
+    a0['traceloop.span.kind'] AS tl_kind,
+    a0['ai.operationId'] AS vc_op,
+    [a0['gen_ai.conversation.id'], a0['session.id'], a0['traceloop.association.properties.session_id'],
+        a0['langfuse.session.id'], a0['loop_detector.session_id'], a0['ai.telemetry.metadata.sessionId'],
+        a0['ai.telemetry.metadata.session_id'], a0['gcp.vertex.agent.session_id'],
+        r['gen_ai.conversation.id'], r['session.id'], r['loop_detector.session_id']] AS session_values
+FROM otel.genai_spans
+WHERE inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})))
+WHERE (operation != '' OR (session_index > 0 AND (parent_span_id = '' OR oi_kind != '' OR tl_kind != '' OR vc_op != '')))
+  AND (cityHash64(session_id) % {shards:UInt32} = {shard:UInt32}) = {own_shard:UInt8}
+  AND ({own_shard:UInt8} = 1 OR operation = 'execute_tool')) AS s
+LEFT JOIN (
+    SELECT TraceId, SpanId,
+        argMaxIf(LogAttributes['gen_ai.input.messages'], Timestamp, event = 'gen_ai.client.inference.operation.details')
+            AS input_messages,
+        argMaxIf(LogAttributes['gen_ai.output.messages'], Timestamp, event = 'gen_ai.client.inference.operation.details')
+            AS output_messages,
+        arraySort(x -> x.1, arrayDistinct(groupArrayIf((Timestamp, event, Body),
+            event != 'gen_ai.client.inference.operation.details'))) AS messages,
+        arrayMap(x -> x.2, messages) AS event_names,
+        arrayMap(x -> map('gen_ai.event.content', x.3), messages) AS event_attributes
+    FROM (
+        SELECT TraceId, SpanId, Timestamp, Body, LogAttributes,
+            if(EventName != '', EventName, LogAttributes['event.name']) AS event
+        FROM otel.otel_logs
+        WHERE (TraceId, SpanId) IN (SELECT trace_id, span_id FROM otel.genai_spans WHERE inserted_at
+            > fromUnixTimestamp64Micro({watermark:Int64}) AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})))
+    WHERE event IN ('gen_ai.client.inference.operation.details', 'gen_ai.system.message', 'gen_ai.user.message',
+        'gen_ai.assistant.message', 'gen_ai.tool.message', 'gen_ai.choice')
+    GROUP BY TraceId, SpanId) AS l
+ON s.trace_id = l.TraceId AND if(s.content_wanted, s.span_id, '') = l.SpanId
+))))))
 SETTINGS optimize_and_compare_chain = 0;

@@ -224,10 +224,10 @@ class DetectorJob:
             cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
             new_calls = None
             if cutoff > self.watermark_us:
-                if not replay:  # (a replay re-reads what its cycles transformed before the restart)
-                    self.normalization.transform(self.watermark_us, cutoff)
+                # (a replay re-reads what its cycles transformed before the restart)
+                staged = replay or self.normalization.transform(self.watermark_us, cutoff)
                 transformed = time.perf_counter()
-                new_calls = self.normalization.read(self.watermark_us, cutoff)
+                new_calls = self.normalization.read(self.watermark_us, cutoff, staged)
         if new_calls is None:  # nothing can be new (the checkpoint still runs outside the store's hold)
             self._maybe_checkpoint(now_us)
             return CycleStats(watermark_us=self.watermark_us)

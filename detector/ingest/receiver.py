@@ -53,14 +53,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from detector.ingest.commit import (
-    MAX_GROUP_BYTES,
-    Committer,
-    DecodedRequest,
-    IngestMetrics,
-    request_digest,
-    safe_error,
-)
+from detector.ingest.commit import Committer
+from detector.ingest.group_commit import MAX_GROUP_BYTES
 from detector.ingest.logs import (
     METRICS_REFUSED,
     count_metric_points_json,
@@ -69,13 +63,16 @@ from detector.ingest.logs import (
     decode_logs_protobuf,
 )
 from detector.ingest.logs_commit import LogsCommitter
+from detector.ingest.metrics import IngestMetrics
 from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf, gc_paused
+from detector.ingest.requests import DecodedRequest, request_digest
+from detector.ingest.store_errors import safe_error
 from detector.settings.config import IngestSettings
 from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 
 __all__ = [
-    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "IngestMetrics", "JSON",
+    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "JSON",
     "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "authorized", "create_otlp_app", "decode_logs_body",
     "decode_request", "inflate_limited",
 ]

@@ -39,7 +39,8 @@ from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
 from detector.ingest.commit import Committer
 from detector.ingest.grpc_receiver import GrpcBindError, OTLPGrpcReceiver
-from detector.ingest.receiver import IngestMetrics, create_otlp_app
+from detector.ingest.metrics import IngestMetrics
+from detector.ingest.receiver import create_otlp_app
 from detector.service.cycle_loop import CycleLoop
 from detector.service.http_server import ListenError, Server, bind, make_server
 from detector.service.logs import TransitionLogger

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["CALLS_TABLE", "NORMALIZED_VIEW", "Normalization", "SELECT_CALL_TABLE_COLUMNS", "SELECT_NEW_CALLS",
-           "SELECT_NEW_SHARD_CALLS", "SELECT_NOW_US", "STAGING_TABLE", "normalize_staged", "transform_statement"]
+           "SELECT_ANY_STAGED", "SELECT_NEW_SHARD_CALLS", "SELECT_NEW_SHARD_CALLS_WRITTEN", "SELECT_NOW_US", "STAGING_TABLE", "normalize_staged", "transform_statement"]
 
 CALLS_TABLE: Final = "otel.genai_calls"
 STAGING_TABLE: Final = "otel.genai_spans"
@@ -50,6 +50,10 @@ _VIEW_ARGUMENTS: Final = ("watermark = {watermark:Int64}, cutoff = {cutoff:Int64
                           "shard = {shard:UInt32}, own_shard = {own_shard:UInt8}")
 _RANGE: Final = ("inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) "
                  "AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})")
+# Merging the query plan's expression steps folds the normalization's nested steps into one expression; for a statement
+# of this size that took about a third of its planning, more than the steps left apart cost to run
+# (docs/benchmarks.md, "The staging view and the normalization per cycle").
+_SETTINGS: Final = "query_plan_merge_expressions = 0"
 # The (trace, span, insertion) already written in the range: what a transform run again must not write twice.
 _WRITTEN: Final = f"SELECT trace_id, span_id, inserted_at FROM {CALLS_TABLE} WHERE {_RANGE}"
 
@@ -60,8 +64,12 @@ def transform_statement(columns: Sequence[str]) -> str:
     table's own column list (:data:`SELECT_CALL_TABLE_COLUMNS`): identifiers the store reported, never input."""
     names = ", ".join(f"`{name}`" for name in columns)
     return (f"INSERT INTO {CALLS_TABLE} ({names}) SELECT {names} FROM {NORMALIZED_VIEW}({_VIEW_ARGUMENTS}) "
-            f"WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN})")
+            f"WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN}) SETTINGS {_SETTINGS}")
 
+
+# Whether anything was staged in the range at all: most cycles of a quiet service find nothing, and the transform's
+# statement is a long one to analyse.
+SELECT_ANY_STAGED: Final = f"SELECT count() > 0 AS any FROM (SELECT 1 FROM {STAGING_TABLE} WHERE {_RANGE} LIMIT 1)"
 
 # The calls of (watermark, cutoff] as the engine reads them (detector.core.models.Call), in span order. One
 # detector: every row of the range.
@@ -71,16 +79,24 @@ FROM {CALLS_TABLE}
 WHERE {_RANGE}
 ORDER BY ts_ns, span_id
 """
-# Several replicas: the replica's own calls and every replica's tool calls, from the table, and the other replicas'
-# tool calls not written yet, from the view (a replica transforms only its own share, and may run behind).
+# Several replicas: the replica's own calls and every replica's tool calls, as written so far...
+_OWN_OR_TOOL: Final = "(call_kind = 'tool' OR cityHash64(session_id) % {shards:UInt32} = {shard:UInt32})"
+SELECT_NEW_SHARD_CALLS_WRITTEN: Final = f"""
+SELECT {CALL_COLUMNS}
+FROM {CALLS_TABLE}
+WHERE {_RANGE} AND {_OWN_OR_TOOL}
+ORDER BY ts_ns, span_id
+"""
+# ... and, when spans were staged in the range, the other replicas' tool calls not written yet, from the view (a replica
+# transforms only its own share, and may run behind).
 SELECT_NEW_SHARD_CALLS: Final = f"""
 SELECT * FROM (
-    SELECT {CALL_COLUMNS} FROM {CALLS_TABLE}
-    WHERE {_RANGE} AND (call_kind = 'tool' OR cityHash64(session_id) % {{shards:UInt32}} = {{shard:UInt32}})
+    SELECT {CALL_COLUMNS} FROM {CALLS_TABLE} WHERE {_RANGE} AND {_OWN_OR_TOOL}
     UNION ALL
     SELECT {CALL_COLUMNS} FROM {NORMALIZED_VIEW}({_VIEW_ARGUMENTS})
     WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN}))
 ORDER BY ts_ns, span_id
+SETTINGS {_SETTINGS}
 """
 
 
@@ -95,18 +111,24 @@ class Normalization:
         self.shards = shards
         self._transform: str | None = None
 
-    def transform(self, watermark_us: int, cutoff_us: int) -> None:
+    def transform(self, watermark_us: int, cutoff_us: int) -> bool:
         """Write the calls of this replica's spans staged in (watermark, cutoff] into ``otel.genai_calls``; those
-        already written are skipped."""
+        already written are skipped. Returns whether any span (of any replica) was staged in the range."""
+        range_ = {"watermark": watermark_us, "cutoff": cutoff_us}
+        if not self.store.rows(SELECT_ANY_STAGED, range_)[0]["any"]:
+            return False
         if self._transform is None:
             self._transform = transform_statement([r["name"] for r in self.store.rows(SELECT_CALL_TABLE_COLUMNS)])
         self.store.command(self._transform, self._arguments(watermark_us, cutoff_us, own=True))
+        return True
 
-    def read(self, watermark_us: int, cutoff_us: int) -> pa.Table:
-        """The calls of (watermark, cutoff] this replica scores, as ``Call`` columns in span order."""
+    def read(self, watermark_us: int, cutoff_us: int, staged: bool = True) -> pa.Table:
+        """The calls of (watermark, cutoff] this replica scores, as ``Call`` columns in span order. ``staged``: whether
+        spans were staged in the range (:meth:`transform` says); without, no other replica's call can be pending."""
         if self.shards == 1:
             return self.store.arrow(SELECT_NEW_CALLS, {"watermark": watermark_us, "cutoff": cutoff_us})
-        return self.store.arrow(SELECT_NEW_SHARD_CALLS, self._arguments(watermark_us, cutoff_us, own=False))
+        statement = SELECT_NEW_SHARD_CALLS if staged else SELECT_NEW_SHARD_CALLS_WRITTEN
+        return self.store.arrow(statement, self._arguments(watermark_us, cutoff_us, own=False))
 
     def _arguments(self, watermark_us: int, cutoff_us: int, own: bool) -> dict[str, int]:
         return {"watermark": watermark_us, "cutoff": cutoff_us, "shards": self.shards, "shard": self.shard,

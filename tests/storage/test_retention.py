@@ -6,6 +6,7 @@ import pytest
 
 from detector.settings.config import ConfigError, RetentionSettings, parse_config
 from detector.storage.cluster import cluster_statements
+from detector.storage.normalization import normalize_staged
 from detector.storage.retention import (
     RETAINED_TABLES,
     UNRETAINED_TABLES,
@@ -14,7 +15,6 @@ from detector.storage.retention import (
     retention_changes,
     ttl_expression,
 )
-from detector.storage.normalization import normalize_staged
 from detector.storage.schema import apply_schema, ddl_statements
 from detector.storage.transport import ChdbStore, insert_rows
 
