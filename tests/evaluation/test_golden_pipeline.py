@@ -4,8 +4,8 @@ Both corpora of the repository (the generated one: 248 runs; the recorded one: 9
 under both configurations (the defaults, ``preset: protect``), go through the pipeline deterministically
 (``tests/support/golden_pipeline.py``: fixed ids and times, one insert and one detection cycle per round). What the
 normalization made of every span (a digest of each ``otel.genai_calls`` row) and the decision read after every call
-must equal ``tests/data/golden_pipeline.json``, which the same script wrote on c7acdac, the last release that
-normalized spans on insert with a materialized view (the file records the command).
+must equal ``tests/data/golden_pipeline.json.gz``, which the same script wrote on c7acdac, the last release that
+normalized spans on insert with a materialized view (the file records the command, ``produced_by``).
 
 When detection changes on purpose (``detector/core``), the decisions change with it: regenerate the file on the
 change's parent, and review the difference. The ``calls`` part changes only when what a fingerprint means changes.
@@ -13,13 +13,14 @@ change's parent, and review the difference. The ``calls`` part changes only when
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "data" / "golden_pipeline.json"
+GOLDEN = ROOT / "tests" / "data" / "golden_pipeline.json.gz"
 SCRIPT = ROOT / "tests" / "support" / "golden_pipeline.py"
 
 
@@ -41,7 +42,7 @@ def differing(expected: dict[str, list], got: dict[str, list], limit: int = 5) -
 def test_the_corpora_give_the_decisions_of_the_previous_pipeline(tmp_path):
     out = tmp_path / "now.json"
     subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, cwd=ROOT, timeout=1800)
-    golden, now = json.loads(GOLDEN.read_text()), json.loads(out.read_text())
+    golden, now = json.loads(gzip.decompress(GOLDEN.read_bytes())), json.loads(out.read_text())
     assert golden["produced_by"]["commit"], "the golden file names the commit it was produced on"
     assert sorted(now["calls"]) == sorted(golden["calls"]) == ["generated", "recorded"]
     assert sorted(now["decisions"]) == sorted(golden["decisions"])

@@ -13,15 +13,16 @@ configuration:
   signal, detector, rule, evidence).
 
 It uses only what every release since c7acdac has (the decoders, ``Store.insert_arrow``, ``DetectorJob``), so the
-same file produces the golden on an older checkout: ``tests/data/golden_pipeline.json`` was written this way from
-c7acdac, the last release that normalized on insert (the command is in that file), and
+same file produces the golden on an older checkout: ``tests/data/golden_pipeline.json.gz`` was written this way from
+c7acdac, the last release that normalized on insert (the command is in that file, ``produced_by``), and
 ``tests/evaluation/test_golden_pipeline.py`` compares the current pipeline with it.
 
-    .venv/bin/python tests/support/golden_pipeline.py OUT.json [--commit SHA]
+    .venv/bin/python tests/support/golden_pipeline.py OUT.json[.gz] [--commit SHA]
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import random
@@ -229,5 +230,6 @@ if __name__ == "__main__":
     parser.add_argument("--commit", default="", help="the commit of the checkout run, recorded in the file")
     args = parser.parse_args()
     result = golden()
-    result["produced_by"] = {"commit": args.commit, "command": "python tests/support/golden_pipeline.py OUT.json"}
-    Path(args.out).write_text(json.dumps(result, indent=0, sort_keys=True) + "\n")
+    result["produced_by"] = {"commit": args.commit, "command": " ".join(["python", *sys.argv])}
+    data = json.dumps(result, sort_keys=True, separators=(",", ":")).encode()
+    Path(args.out).write_bytes(gzip.compress(data, mtime=0) if args.out.endswith(".gz") else data)
