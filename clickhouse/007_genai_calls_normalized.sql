@@ -79,7 +79,8 @@ FROM (
 -- (2c) what came back, the arguments and the reply, each with incidental variation normalized (see the top of
 -- this SELECT)
 SELECT *,
-    arrayMap(t -> trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
+    -- (an empty text stays empty: skipped, since the five passes cost about as much on nothing as on a few words)
+    arrayMap(t -> if(t = '', '', trimBoth(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(replaceRegexpAll(
         replaceRegexpAll(if(JSONType(t) = 'Object', toString(arraySort(JSONExtractKeysAndValuesRaw(t))), t),
         '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>'),
         '\\d{4}-\\d{2}-\\d{2}([T ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:?\\d{2})?)?|\\b\\d{1,2}:\\d{2}(:\\d{2}(\\.\\d+)?)?\\b',
@@ -87,8 +88,8 @@ SELECT *,
         '(took|elapsed|duration|latency)(_ms|_s|_us)?([\'"]*\\s*[:=,]\\s*[\'"]*)\\d+(\\.\\d+)?|\\b\\d+(\\.\\d+)?\\s?(ms|us|ns|s|secs?|seconds|minutes)\\b',
         '\\1\\2\\3<dur>'),
         '(0x)?[0-9a-fA-F]{8,}|[A-Za-z_][\\w\\-]*\\d[\\w\\-]*|\\d+[A-Za-z_][\\w\\-]*', '<id>'),
-        '\\s+', ' ')), [observed, tool_args, output_text,
-        replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', '')]) AS normalized
+        '\\s+', ' '))), [observed, tool_args, output_text,
+        if(observed = '', '', replaceRegexpAll(observed, '\\\\?"[\\w .\\-]{1,64}\\\\?"\\s*:\\s*', ''))]) AS normalized
 FROM (
 -- (2b) what came back: a tool's result (its echo of the arguments taken out: a search that repeats the query back
 -- brings nothing new with it), or, for a model call, its new input (the last input message)

@@ -24,7 +24,7 @@ Per the OTLP/HTTP specification:
   acknowledged. Never for the request's data: spans the store refuses are rejected one by one.
 
 ``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
-materialized view into ``otel.genai_calls`` included). Decoding (into an Arrow table of the rows)
+staging view into ``otel.genai_spans`` included). Decoding (into an Arrow table of the rows)
 runs in a worker thread; committing (group commit, isolation between senders, all or nothing,
 idempotent retries) is :mod:`detector.ingest.commit`'s, so that every receiver shares one commit path.
 This module only moves bytes and maps outcomes to HTTP.

@@ -31,8 +31,11 @@ from detector.storage.transport import Store
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CALLS_TABLE", "NORMALIZED_VIEW", "Normalization", "SELECT_CALL_TABLE_COLUMNS", "SELECT_NEW_CALLS",
-           "SELECT_ANY_STAGED", "SELECT_NEW_SHARD_CALLS", "SELECT_NEW_SHARD_CALLS_WRITTEN", "SELECT_NOW_US", "STAGING_TABLE", "normalize_staged", "transform_statement"]
+__all__ = [
+    "CALLS_TABLE", "NORMALIZED_VIEW", "Normalization", "SELECT_ANY_STAGED", "SELECT_CALL_TABLE_COLUMNS",
+    "SELECT_NEW_CALLS", "SELECT_NEW_SHARD_CALLS", "SELECT_NEW_SHARD_CALLS_WRITTEN", "SELECT_NOW_US", "STAGING_TABLE",
+    "normalize_staged", "transform_statement",
+]
 
 CALLS_TABLE: Final = "otel.genai_calls"
 STAGING_TABLE: Final = "otel.genai_spans"
@@ -56,7 +59,6 @@ _RANGE: Final = ("inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) "
 _SETTINGS: Final = "query_plan_merge_expressions = 0"
 # The (trace, span, insertion) already written in the range: what a transform run again must not write twice.
 _WRITTEN: Final = f"SELECT trace_id, span_id, inserted_at FROM {CALLS_TABLE} WHERE {_RANGE}"
-
 
 
 def transform_statement(columns: Sequence[str]) -> str:

@@ -1,4 +1,4 @@
-"""The OTLP/HTTP receiver end to end: real SDK exporter -> receiver over HTTP -> chDB -> materialized view.
+"""The OTLP/HTTP receiver end to end: real SDK exporter -> receiver over HTTP -> chDB -> staging view -> calls.
 
 Rows must look exactly like the OpenTelemetry Collector's ClickHouse exporter writes them; bad
 requests must be refused with the OTLP status codes while the service keeps serving and the data

@@ -12,7 +12,7 @@ run from a virtual environment the test creates once and caches (``LOOP_DETECTOR
 ``~/.cache/loop-detector/test-venvs``); if it cannot be created (no package index), that case is skipped.
 ``LOOP_DETECTOR_SKIP_VENV_TESTS=1`` skips them outright.
 
-The second half checks the materialized view alone, on hand-built spans in each dialect as the libraries'
+The second half checks the normalization alone, on hand-built spans in each dialect as the libraries'
 sources write them (including the ones no installable library emits any more).
 """
 

@@ -149,3 +149,15 @@ def test_replicas_each_normalize_their_own_sessions_and_decide_like_one_detector
                                                   "FROM otel.genai_calls WHERE call_kind = 'llm' GROUP BY shard")}
     assert read == {"0/1": 8 * 2 * CALLS, "0/2": own[0] + 8 * CALLS, "1/2": own[1] + 8 * CALLS}
     assert own[0] and own[1]
+
+
+def test_the_normalization_gives_every_column_of_the_calls_table(store):
+    """A new column of otel.genai_calls goes into the table (002_genai_calls.sql, with its ALTER for older data
+    directories), into the normalization's output (007_genai_calls_normalized.sql) and, to be read, into Call: the
+    transform writes every column of the table from the view's column of the same name."""
+    produced = [r["name"] for r in store.rows(
+        "DESCRIBE TABLE (SELECT * FROM otel.genai_calls_normalized(watermark = 0, cutoff = 0, shards = 1, shard = 0, "
+        "own_shard = 1))")]
+    table = [r["name"] for r in store.rows("SELECT name FROM system.columns WHERE database = 'otel' "
+                                           "AND table = 'genai_calls' ORDER BY position")]
+    assert sorted(produced) == sorted(table)  # by name: the transform lists the columns
