@@ -17,7 +17,9 @@ the tool calls asked for, no messages); ``on``, with the messages captured (~0.9
 ``--baseline DIR`` runs the same measurement on the checkout in DIR (with DIR's own ``.venv``, so its compiled core),
 alternating with this checkout, ``--rounds`` times each; every figure is shown beside the baseline's of the same
 round, and the ratio is this checkout's over the baseline's. Steady cycles run with the sessions' state in memory;
-their median and best, and each phase's median (``CycleStats.phases``), are shown. Each process first runs a
+their median and best, and each phase's median (``CycleStats.phases``), are shown; beside them the first cycle (new
+sessions), the checkpoint after it (every scope's state), and the first cycle of a new ``DetectorJob`` on the same
+store (as after a restart: the sessions' state loaded from ``otel.loop_state``). Each process first runs a
 throwaway round (the first measurement of a fresh process also pays for growing its heap).
 """
 
@@ -173,13 +175,22 @@ def measure(stored: int, sessions: int, cycles: int, content: bool) -> dict[str,
             return elapsed, stats.phases
 
         cold_s, _ = cycle(0)
+        t = time.perf_counter()
+        job.checkpoint()  # every scope's state, as the checkpoint after the first cycle writes it
+        checkpoint_s = time.perf_counter() - t
+        # a restart: a new detector on the same store; the sessions are only in loop_state now, loaded by the next cycle
+        job = DetectorJob(store, config, DecisionBook())
+        job.load()
+        job.last_checkpoint_us = 2**62
+        restart_s, _ = cycle(1)
         warm, phases = [], []
-        for r in range(1, 1 + cycles):
+        for r in range(2, 2 + cycles):
             seconds, p = cycle(r)
             warm.append(seconds)
             phases.append(p)
         store.close()
-    return {"cold_s": cold_s, "warm_s": statistics.median(warm), "warm_min_s": min(warm), "staging": staging,
+    return {"cold_s": cold_s, "restart_s": restart_s, "checkpoint_s": checkpoint_s, "warm_s": statistics.median(warm),
+            "warm_min_s": min(warm), "staging": staging,
             "phases": {name: statistics.median(p.get(name, 0.0) for p in phases) for name in phases[0]},
             "core": native.status()}
 
@@ -226,6 +237,10 @@ def main() -> None:
                 for phase, seconds in mine["phases"].items():
                     rows.append((f"  {phase}", seconds, base and base["phases"].get(phase), "ms"))
                 rows.append(("  first cycle (new sessions)", mine["cold_s"], base and base["cold_s"], "ms"))
+                rows.append(("  cycle after a restart (the sessions' state loaded)", mine["restart_s"],
+                             base and base["restart_s"], "ms"))
+                rows.append(("  checkpoint of every scope (not a cycle's)", mine["checkpoint_s"],
+                             base and base["checkpoint_s"], "ms"))
     print(f"{'figure':<70} {'value':>9} {'baseline':>9} {'unit':<4} {'ratio':>6}")
     print("-" * 103)
     for figure, value, baseline, unit in rows:
