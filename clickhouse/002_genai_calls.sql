@@ -1,5 +1,5 @@
 -- otel.genai_calls: one normalized row per GenAI call span, written by the detection cycle from the spans staged in
--- otel.genai_spans since its watermark, in one statement per cycle (the SELECT of 007_genai_calls_normalized.sql:
+-- otel.genai_spans since its watermark, in one statement per cycle (the SELECT of genai_calls_normalized.sql.tmpl:
 -- detector/detection/transform.py), so the embedded receiver's spans and an OTel Collector's are treated alike.
 --
 -- It holds keys, usage and fingerprints only: no prompt or response text is copied out of the span.
@@ -65,9 +65,9 @@ PARTITION BY toDate(inserted_at)
 ORDER BY (session_id, ts, span_id);
 
 -- Upgrades: a data directory created before the progress columns gets them here. A new column goes into the table
--- above, into this list, into the normalization's SELECT (007_genai_calls_normalized.sql) and, for the detector to
+-- above, into this list, into the normalization's SELECT (genai_calls_normalized.sql.tmpl) and, for the detector to
 -- read it, into detector.core.models.Call (its __init__ and from_columns): the detection cycle writes every column
--- of this table from the view of that name, and reads the fields of Call.
+-- of this table from the normalization's column of that name, and reads the fields of Call.
 ALTER TABLE otel.genai_calls
     ADD COLUMN IF NOT EXISTS observation_fp UInt64,
     ADD COLUMN IF NOT EXISTS observation_simhash UInt64,
@@ -86,7 +86,7 @@ ALTER TABLE otel.genai_calls
 -- attributes up and filters, nothing else (no JSON, no regular expression, no hash, no arithmetic that a value could
 -- make fail). Its filter is a superset: a span is staged when it carries any attribute that can make it a GenAI call
 -- (an operation, a span kind of a dialect, a tool name, ADK's request) or name its session; which staged spans are
--- calls, and of which session, is decided with the rest of the normalization (007_genai_calls_normalized.sql).
+-- calls, and of which session, is decided with the rest of the normalization (genai_calls_normalized.sql.tmpl).
 CREATE TABLE IF NOT EXISTS otel.genai_spans (
     inserted_at DateTime64(6) DEFAULT now64(6),
     ts DateTime64(9),

@@ -8,7 +8,7 @@
 --
 -- GenAI content carried in logs (`gen_ai.client.inference.operation.details`, or the older per-message events
 -- gen_ai.user.message, gen_ai.choice, ...) is joined to its span by TraceId/SpanId when the detection cycle
--- normalizes the span (007_genai_calls_normalized.sql): a model call whose span carries no messages of its own gets
+-- normalizes the span (genai_calls_normalized.sql.tmpl): a model call whose span carries no messages of its own gets
 -- those of its logs.
 CREATE TABLE IF NOT EXISTS otel.otel_logs (
     `Timestamp` DateTime64(9) COMMENT 'Event timestamp with nanosecond precision' CODEC(Delta(8), ZSTD(1)),

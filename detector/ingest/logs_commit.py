@@ -4,7 +4,7 @@ Log records carry GenAI content only; the calls themselves come from spans, whos
 (:mod:`detector.ingest.commit`) gives the stronger guarantees (isolation between senders, all or nothing with
 the staging view, idempotent retries). ``otel_logs`` has no view and no derived table, so a failed insert
 leaves nothing half-stored, and a retried request stores its records twice at worst: the normalization's content
-join (``clickhouse/007_genai_calls_normalized.sql``) reads one record per span and event name, so a duplicate changes
+join (``clickhouse/genai_calls_normalized.sql.tmpl``) reads one record per span and event name, so a duplicate changes
 no evidence. What the log decoder can check is checked before the insert (:mod:`detector.ingest.logs`). The grouping
 itself is the spans' (:class:`detector.ingest.group_commit.GroupCommitter`), without the linger: with no view to pay
 for, an insert of log records costs about what its rows do.

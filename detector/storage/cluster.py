@@ -7,9 +7,8 @@ Derived from the single-node DDL in ``clickhouse/`` so the two can never drift a
   Distributed table over it with the same columns, so every query of the project runs unchanged;
 * a materialized view on ``otel.otel_traces`` reads ``otel_traces_local`` and writes its target's ``_local`` table
   on each shard, so spans inserted through the Distributed ``otel_traces`` (by the Collector or by loop-detector)
-  are staged on the shard that stores them;
-* a plain view (the normalization, ``007_genai_calls_normalized.sql``) is created on every node as it is: it reads
-  the Distributed tables, like every query of the project.
+  are staged on the shard that stores them. (The normalization is a query, not DDL: it reads the Distributed tables
+  like every query of the project.)
 
 Sharding keys keep what is read together on one shard: spans by trace, detector rows by scope id.
 ``clickhouse/cluster/schema.sql`` is this output for the default cluster name, committed for init
@@ -38,7 +37,6 @@ DEFAULT_SHARDING_KEY = "cityHash64(scope_id)"
 _CREATE_TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS otel\.(\w+) \(", re.S)
 _ENGINE = re.compile(r"\) ENGINE = (\w+)\(([^)]*)\)")
 _MV = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS otel\.(\w+) TO otel\.(\w+) AS", re.S)
-_VIEW = re.compile(r"^CREATE OR REPLACE VIEW otel\.(\w+) AS\b", re.S)
 _ALTER = re.compile(r"^ALTER TABLE otel\.(\w+)\s", re.S)
 _DROP_VIEW = re.compile(r"^DROP VIEW IF EXISTS otel\.(\w+)$")
 # Replicated tables deduplicate inserts by default: the single-node window setting has no cluster counterpart.
@@ -85,10 +83,6 @@ def cluster_statements(statements: list[str], cluster: str = DEFAULT_CLUSTER) ->
                                 f"CREATE MATERIALIZED VIEW IF NOT EXISTS otel.{name} {on} TO otel.{target}_local AS", 1)
             body = re.sub(r"\bFROM otel\.otel_traces\b", "FROM otel.otel_traces_local", body)
             out.append(body)
-            continue
-        view = _VIEW.match(stmt)
-        if view:  # the statement's head only: the view reads the Distributed tables as it is
-            out.append(f"CREATE OR REPLACE VIEW otel.{view.group(1)} {on} AS{stmt[view.end():]}")
             continue
         alter = _ALTER.match(stmt)
         if alter:  # an upgrade (ADD COLUMN IF NOT EXISTS): the local table, and the Distributed one over it

@@ -3,10 +3,10 @@
 A span reaches the detector in two steps. On insert, the cheap view of ``clickhouse/002_genai_calls.sql`` stages it
 in ``otel.genai_spans`` as it is (attributes, events, insertion time). Once per detection cycle, the staged spans since
 the cycle's watermark are normalized, fingerprinted and joined to their content logs by **one** statement over the
-whole batch: an ``INSERT INTO otel.genai_calls ... SELECT`` from the parameterized view
-``otel.genai_calls_normalized`` (``clickhouse/007_genai_calls_normalized.sql``, the normalization's one home). The
-cycle then reads the batch's calls from ``otel.genai_calls`` as it always has. Every statement here only *queries*
-that view, with parameters: no SQL is assembled from another's text.
+whole batch: an ``INSERT INTO otel.genai_calls ... SELECT`` from the normalization query
+(``clickhouse/genai_calls_normalized.sql.tmpl``, its one home: a SELECT with query parameters). The cycle then reads
+the batch's calls from ``otel.genai_calls`` as it always has. The statements below render that query, whole and
+unchanged, as a subquery (:func:`render`); its parameters travel as query parameters, never in the text.
 
 Why it is safe to run the transform any number of times over overlapping ranges: a staged span's row keeps the span's
 insertion time (``inserted_at``), and the statement skips the (trace, span, insertion) it finds already written in the
@@ -17,45 +17,53 @@ Detector replicas (``serve --shard I/N``) each transform the spans of their own 
 (``cityHash64(session_id) % N = I``), so every staged span is written by exactly one replica; each reads its own calls
 from ``otel.genai_calls`` and, since a tool span usually names no session (its session is its trace, hashed anywhere),
 every other replica's tool calls of the range too: those already written from the table, the others straight from
-the view.
+the normalization query.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from detector.storage.call_rows import CALL_COLUMNS
+from detector.storage.schema import sql_dir
 from detector.storage.transport import Store
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "CALLS_TABLE", "NORMALIZED_VIEW", "Normalization", "SELECT_ANY_STAGED", "SELECT_CALL_TABLE_COLUMNS",
-    "SELECT_NEW_CALLS", "SELECT_NEW_SHARD_CALLS", "SELECT_NEW_SHARD_CALLS_WRITTEN", "SELECT_NOW_US", "STAGING_TABLE",
-    "normalize_staged", "transform_statement",
+    "CALLS_TABLE", "NORMALIZATION_FILE", "Normalization", "SELECT_ANY_STAGED", "SELECT_CALL_TABLE_COLUMNS",
+    "SELECT_NEW_CALLS", "SELECT_NEW_SHARD_CALLS_WRITTEN", "SELECT_NOW_US", "STAGING_TABLE", "normalize_staged", "normalized_calls", "shard_read_statement",
+    "transform_statement",
 ]
 
 CALLS_TABLE: Final = "otel.genai_calls"
 STAGING_TABLE: Final = "otel.genai_spans"
-NORMALIZED_VIEW: Final = "otel.genai_calls_normalized"
+NORMALIZATION_FILE: Final = "genai_calls_normalized.sql.tmpl"
 
-# The columns the transform writes: every stored column of otel.genai_calls (the view gives each by name).
+
+@functools.cache
+def normalized_calls() -> str:
+    """The normalization query (``clickhouse/genai_calls_normalized.sql.tmpl``), as the file holds it: a SELECT of the
+    calls of the spans staged in a range, with the query parameters ``watermark``, ``cutoff``, ``shards``, ``shard``
+    and ``own_shard``. Why a query and not a parameterized view: analysed as a plain subquery it costs about a third of
+    what the same SELECT cost as a view, and it is analysed once per cycle (docs/benchmarks.md)."""
+    return (sql_dir() / NORMALIZATION_FILE).read_text().strip()
+
+# The columns the transform writes: every stored column of otel.genai_calls (the normalization gives each by name).
 SELECT_CALL_TABLE_COLUMNS: Final = """
 SELECT name FROM system.columns
 WHERE database = 'otel' AND table = 'genai_calls' AND default_kind NOT IN ('MATERIALIZED', 'ALIAS', 'EPHEMERAL')
 ORDER BY position
 """
 
-# The view's arguments: the range of insertion times (microseconds) and the replica's share.
-_VIEW_ARGUMENTS: Final = ("watermark = {watermark:Int64}, cutoff = {cutoff:Int64}, shards = {shards:UInt32}, "
-                          "shard = {shard:UInt32}, own_shard = {own_shard:UInt8}")
 _RANGE: Final = ("inserted_at > fromUnixTimestamp64Micro({watermark:Int64}) "
                  "AND inserted_at <= fromUnixTimestamp64Micro({cutoff:Int64})")
 # Merging the query plan's expression steps folds the normalization's nested steps into one expression; for a statement
 # of this size that took about a third of its planning, more than the steps left apart cost to run
-# (docs/benchmarks.md, "The staging view and the normalization per cycle").
+# (docs/benchmarks.md, "Measured reasons behind the code").
 _SETTINGS: Final = "query_plan_merge_expressions = 0"
 # The (trace, span, insertion) already written in the range: what a transform run again must not write twice.
 _WRITTEN: Final = f"SELECT trace_id, span_id, inserted_at FROM {CALLS_TABLE} WHERE {_RANGE}"
@@ -65,7 +73,7 @@ def transform_statement(columns: Sequence[str]) -> str:
     """Step 0 of a cycle: the replica's staged spans of (watermark, cutoff] as calls, once each. ``columns`` is the
     table's own column list (:data:`SELECT_CALL_TABLE_COLUMNS`): identifiers the store reported, never input."""
     names = ", ".join(f"`{name}`" for name in columns)
-    return (f"INSERT INTO {CALLS_TABLE} ({names}) SELECT {names} FROM {NORMALIZED_VIEW}({_VIEW_ARGUMENTS}) "
+    return (f"INSERT INTO {CALLS_TABLE} ({names}) SELECT {names} FROM (\n{normalized_calls()}\n) "
             f"WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN}) SETTINGS {_SETTINGS}")
 
 
@@ -89,17 +97,15 @@ FROM {CALLS_TABLE}
 WHERE {_RANGE} AND {_OWN_OR_TOOL}
 ORDER BY ts_ns, span_id
 """
-# ... and, when spans were staged in the range, the other replicas' tool calls not written yet, from the view (a replica
-# transforms only its own share, and may run behind).
-SELECT_NEW_SHARD_CALLS: Final = f"""
-SELECT * FROM (
-    SELECT {CALL_COLUMNS} FROM {CALLS_TABLE} WHERE {_RANGE} AND {_OWN_OR_TOOL}
-    UNION ALL
-    SELECT {CALL_COLUMNS} FROM {NORMALIZED_VIEW}({_VIEW_ARGUMENTS})
-    WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN}))
-ORDER BY ts_ns, span_id
-SETTINGS {_SETTINGS}
-"""
+
+
+@functools.cache
+def shard_read_statement() -> str:
+    """... and, when spans were staged in the range, the other replicas' tool calls not written yet, straight from the
+    normalization (a replica transforms only its own share, and may run behind)."""
+    return (f"SELECT * FROM (\nSELECT {CALL_COLUMNS} FROM {CALLS_TABLE} WHERE {_RANGE} AND {_OWN_OR_TOOL}\n"
+            f"UNION ALL\nSELECT {CALL_COLUMNS} FROM (\n{normalized_calls()}\n)\n"
+            f"WHERE (trace_id, span_id, inserted_at) NOT IN ({_WRITTEN}))\nORDER BY ts_ns, span_id SETTINGS {_SETTINGS}")
 
 
 class Normalization:
@@ -129,7 +135,7 @@ class Normalization:
         spans were staged in the range (:meth:`transform` says); without, no other replica's call can be pending."""
         if self.shards == 1:
             return self.store.arrow(SELECT_NEW_CALLS, {"watermark": watermark_us, "cutoff": cutoff_us})
-        statement = SELECT_NEW_SHARD_CALLS if staged else SELECT_NEW_SHARD_CALLS_WRITTEN
+        statement = shard_read_statement() if staged else SELECT_NEW_SHARD_CALLS_WRITTEN
         return self.store.arrow(statement, self._arguments(watermark_us, cutoff_us, own=False))
 
     def _arguments(self, watermark_us: int, cutoff_us: int, own: bool) -> dict[str, int]:

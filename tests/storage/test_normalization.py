@@ -1,4 +1,4 @@
-"""Staged spans to calls (detector/storage/normalization.py over clickhouse/007_genai_calls_normalized.sql): once per
+"""Staged spans to calls (detector/storage/normalization.py over clickhouse/genai_calls_normalized.sql.tmpl): once per
 span whatever the ranges, never failing on a value a collector may store, content logs joined, and replicas that
 each normalize their own sessions and together decide like one detector."""
 
@@ -12,7 +12,7 @@ import pytest
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.settings.config import AppConfig
-from detector.storage.normalization import Normalization, normalize_staged
+from detector.storage.normalization import Normalization, normalize_staged, normalized_calls
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, insert_rows
 
@@ -153,11 +153,10 @@ def test_replicas_each_normalize_their_own_sessions_and_decide_like_one_detector
 
 def test_the_normalization_gives_every_column_of_the_calls_table(store):
     """A new column of otel.genai_calls goes into the table (002_genai_calls.sql, with its ALTER for older data
-    directories), into the normalization's output (007_genai_calls_normalized.sql) and, to be read, into Call: the
+    directories), into the normalization's output (genai_calls_normalized.sql.tmpl) and, to be read, into Call: the
     transform writes every column of the table from the view's column of the same name."""
-    produced = [r["name"] for r in store.rows(
-        "DESCRIBE TABLE (SELECT * FROM otel.genai_calls_normalized(watermark = 0, cutoff = 0, shards = 1, shard = 0, "
-        "own_shard = 1))")]
+    produced = [r["name"] for r in store.rows(f"DESCRIBE TABLE (\n{normalized_calls()}\n)", {
+        "watermark": 0, "cutoff": 0, "shards": 1, "shard": 0, "own_shard": 1})]
     table = [r["name"] for r in store.rows("SELECT name FROM system.columns WHERE database = 'otel' "
                                            "AND table = 'genai_calls' ORDER BY position")]
     assert sorted(produced) == sorted(table)  # by name: the transform lists the columns

@@ -75,7 +75,7 @@ def test_a_data_directory_of_the_previous_release_is_upgraded_in_place(tmp_path)
     assert len(store.rows("SELECT span_id FROM otel.genai_calls")) == 12
 
     apply_schema(store)
-    assert {"genai_spans_mv", "genai_calls_normalized", "otel_traces_trace_id_ts_mv"} <= views(store)
+    assert {"genai_spans_mv", "otel_traces_trace_id_ts_mv"} <= views(store)
     assert "genai_calls_mv" not in views(store)
     after = insert_spans(store, 6, new_conversation())
     assert not store.rows("SELECT span_id FROM otel.genai_calls WHERE span_id IN {s:Array(String)}",
@@ -157,7 +157,7 @@ def view_sql(store, name: str) -> str:
 
 def test_applying_the_schema_again_changes_nothing(store):
     apply_schema(store)
-    before = {name: view_sql(store, name) for name in ("genai_spans_mv", "genai_calls_normalized")}
+    before = {name: view_sql(store, name) for name in ("genai_spans_mv", "otel_traces_trace_id_ts_mv")}
     apply_schema(store)
     apply_schema(store)
     assert {name: view_sql(store, name) for name in before} == before

@@ -27,7 +27,7 @@ def test_string_and_array_parameters_round_trip(store, value):
 def test_schema_is_idempotent_and_complete(store):
     assert apply_schema(store) == len(ddl_statements())
     tables = {r["name"] for r in store.rows("SELECT name FROM system.tables WHERE database = 'otel'")}
-    assert {"otel_traces", "genai_spans", "genai_spans_mv", "genai_calls", "genai_calls_normalized", "loop_state", "loop_scores", "loop_events",
+    assert {"otel_traces", "genai_spans", "genai_spans_mv", "genai_calls", "loop_state", "loop_scores", "loop_events",
             "loop_decisions", "loop_manual", "loop_meta"} <= tables
     assert "genai_calls_mv" not in tables  # the previous releases' view: its work is the detection cycle's now
 
