@@ -161,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
         "detector/evaluation/recordings); default: the built-in generated corpus"))
     ev.add_argument("--recorded", action="store_true",
                     help="evaluate the recorded corpus installed with the package (real frameworks' spans)")
+    ev.add_argument("--real-runs", metavar="FILE", help=(
+        "real agents' runs labeled by review (the yardstick: corpora/real-runs/README.md says how to rebuild them "
+        "with extract.py): replayed with content captured and not, with both presets, beside the peers' rules"))
+    ev.add_argument("--labels", metavar="FILE", help="the labels of --real-runs (default: corpora/real-runs/labels.jsonl)")
+    ev.add_argument("--tool-errors", action="store_true",
+                    help="with --real-runs: send error-looking results as failed execute_tool spans (default: as text)")
     ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
     ev.add_argument("--json", help="also write the results as JSON to this file")
     ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")

@@ -51,7 +51,7 @@ from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_WARN
 
 __all__ = [
     "GroupMetrics", "LOOP_DETECTOR", "LOOP_DETECTOR_PROTECT",
-    "PRESET_TARGETS", "Progress", "Replay", "check_preset_targets", "replay_recorded", "stored_steps_of_traces",
+    "PRESET_TARGETS", "ProgressBar", "Replay", "check_preset_targets", "replay_recorded", "stored_steps_of_traces",
     "RunScore", "SELECT_CALL_ROWS", "SELECT_CONTENT_HASHES", "System", "TARGET_FP_RATE", "TARGET_MEDIAN_DELAY_WARN",
     "TARGET_RECALL_WARN", "baseline_actions", "check_targets", "emit_call", "eval_service_config",
     "evaluate_systems", "render", "replay", "run_cli", "run_eval", "scenario_duration_ns", "schema_fingerprint",
@@ -167,7 +167,7 @@ def scenario_duration_ns(scenario: Scenario) -> int:
 # ============================================================================================ progress
 
 
-class Progress:
+class ProgressBar:
     """A progress bar on stderr (a line per 10% when stderr is not a terminal)."""
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None, enabled: bool = True) -> None:
@@ -258,7 +258,7 @@ def eval_service_config(config: AppConfig) -> AppConfig:
 
 
 def replay(scenarios: Sequence[Scenario], config: AppConfig, *, config_name: str = LOOP_DETECTOR,
-           progress: Progress | None = None, data_dir: str | None = None) -> Replay:
+           progress: ProgressBar | None = None, data_dir: str | None = None) -> Replay:
     """Replay every scenario through a fresh in-process service running ``config``; one call of every run
     per round, the decision read after each call."""
     from detector.evaluation.simulate import otlp_tracer, start_run
@@ -433,7 +433,7 @@ def stored_steps_of_traces(store: Any, traces: dict[str, list[str]], expected: d
 
 
 def replay_recorded(recordings: Sequence[Any], config: AppConfig, *, config_name: str = LOOP_DETECTOR,
-                    progress: Progress | None = None, data_dir: str | None = None) -> Replay:
+                    progress: ProgressBar | None = None, data_dir: str | None = None) -> Replay:
     """Replay recorded sessions (:mod:`detector.evaluation.recorded`) through a fresh in-process service running
     ``config``: every timestamp moved so that each session ends about now (gaps kept), the spans posted as OTLP/JSON
     to the receiver call by call (what had ended by the end of each LLM call), one call of every session per round;
@@ -823,7 +823,7 @@ def run_eval(scenarios: Sequence[Any], config: AppConfig | None = None, *, confi
     total = sum(len(s.calls) for s in scenarios)
     replays: list[Replay] = []
     for i, (name, cfg) in enumerate(configs):
-        bar = Progress(total, f"eval {i + 1}/{len(configs)} ({name})", stream=stream, enabled=progress)
+        bar = ProgressBar(total, f"eval {i + 1}/{len(configs)} ({name})", stream=stream, enabled=progress)
         run = replay_recorded if recorded else replay
         replays.append(run(scenarios, cfg, config_name=name, progress=bar))
         bar.close()
@@ -870,6 +870,8 @@ def run_cli(args: Any) -> int:
     )
     from detector.settings.config import ConfigError, load_config
 
+    if getattr(args, "real_runs", None):
+        return _real_runs_cli(args)
     families = [f.strip() for f in args.families.split(",")] if args.families else None
     if families:
         unknown = sorted(set(families) - set(FAMILIES)) if not (args.corpus or getattr(args, "recorded", False)) else []
@@ -925,6 +927,28 @@ def run_cli(args: Any) -> int:
     print(render(metrics, markdown=args.markdown))
     if args.json:
         Path(args.json).write_text(json.dumps(metrics, indent=1) + "\n")
+        print(f"results written to {args.json}", file=sys.stderr)
+    return 0
+
+
+def _real_runs_cli(args: Any) -> int:
+    """``loop-detector eval --real-runs FILE``: the yardstick (:mod:`detector.evaluation.real_runs`)."""
+    from detector.evaluation.real_runs import LABELS_FILE, load_labels, load_real_runs, render_real_eval, run_real_eval
+
+    try:
+        runs = load_real_runs(args.real_runs)
+        labels = load_labels(args.labels or LABELS_FILE)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot read the real runs: {exc}", file=sys.stderr)
+        return 2
+    if not any(r.id in labels for r in runs):
+        print("none of the runs has a label: rebuild them with extract.py (corpora/real-runs/README.md)", file=sys.stderr)
+        return 2
+    report = run_real_eval(runs, labels, presets=("default",) if args.no_blocking_pass else ("default", "protect"),
+                           tool_errors=args.tool_errors, progress=not args.quiet)
+    print(render_real_eval(report, markdown=args.markdown))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
         print(f"results written to {args.json}", file=sys.stderr)
     return 0
 

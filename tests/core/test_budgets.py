@@ -13,10 +13,11 @@ import time
 import httpx
 import pytest
 from support.enforcement import agent, make_config, uid
+from support.engines import make_engine
 
 from detector.core.budgets import BudgetTracker, period_end_us, period_key
-from detector.core.engine import Engine
 from detector.core.models import Call
+from detector.detection.tuning import engine_tuning
 from detector.service.process import running_service
 from detector.settings.config import Budget, parse_config
 from detector.storage.budget_totals import load_totals
@@ -117,7 +118,7 @@ def test_engine_accounts_each_call_once_and_emits_budget_events():
                      "period": "day", "action": "block"},
                     {"name": "run alert", "scope": "session", "limit_usd": 0.7, "period": "run", "action": "alert"},
                     {"name": "free key", "scope": "key", "match": "free", "limit_usd": 0, "action": "block"}]})
-    engine = Engine(config)
+    engine = make_engine(config)
     out = engine.process([call(0), call(1, cost=0.3)])  # the span's own cost wins over the price table
     assert [(e["rule_name"], e["action"], e["scope_id"]) for e in out.events if e["kind"] == "budget"] == [
         ("search daily", "block", "search")]
@@ -125,7 +126,7 @@ def test_engine_accounts_each_call_once_and_emits_budget_events():
     budget_events = [(e["rule_name"], e["action"], e["scope_id"]) for e in out.events if e["kind"] == "budget"]
     assert budget_events == [("run alert", "alert", "s1"), ("free key", "block", "free")]
     assert engine.budgets.totals[("session", "s1")]["run"] == pytest.approx(1.05)
-    engine.reconfigure(config)  # a reload clears session state, never the money spent
+    engine.reconfigure(engine_tuning(config))  # a reload clears session state, never the money spent
     assert engine.budgets.totals[("session", "s1")]["run"] == pytest.approx(1.05)
 
 
