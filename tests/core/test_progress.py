@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from support.agent_runs import agent_run, first_flag, step_actions
 
 from detector.core.progress import (
@@ -171,7 +170,7 @@ def test_a_poll_whose_status_moves_is_progress_and_one_that_stays_in_progress_is
 def test_an_a_b_cycle_and_a_seven_step_cycle_are_loops():
     ab = [{"args": 1, "result": 10}, {"args": 2, "result": 20}] * 4
     assert first_flag(step_actions(agent_run(ab))) == 4
-    cycle = [{"args": k, "result": 10 * k} for k in range(7)] * 2
+    cycle = [{"args": k + 1, "result": 10 * k + 5} for k in range(7)] * 2
     assert first_flag(step_actions(agent_run(cycle))) == 9  # steps 7, 8, 9 repeat 0, 1, 2
 
 

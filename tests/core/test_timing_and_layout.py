@@ -10,9 +10,9 @@ from support.agent_runs import LAYOUTS, TIMINGS, agent_run, first_flag, step_act
 from detector.settings.config import load_config
 
 LOOP = [{"args": 10 + k, "result": 100 + k} for k in range(3)] + [{"args": 42, "result": 420}] * 14
-CYCLE = [{"args": k, "result": 10 * k} for k in range(5)] * 4
+CYCLE = [{"args": k + 1, "result": 10 * k + 5} for k in range(5)] * 4
 FAILING = [{"name": "bash", "args": 1, "result": 10}] + [
-    {"name": "bash", "args": 100 + k, "failed": True, "shape": 77, "result": 500 + k} for k in range(10)]
+    {"name": "bash", "args": 100 + k, "failed": True, "shape": 77, "result": 500 + k} for k in range(16)]
 HEALTHY = [{"args": 10 + k, "result": 100 + k} for k in range(17)]
 RUNS = {"looping": LOOP, "cycling": CYCLE, "failing": FAILING, "healthy": HEALTHY}
 PRESETS = {"default": None, "protect": load_config(None, "protect")}

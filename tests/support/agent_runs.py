@@ -14,12 +14,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from support.calls import T0, agent_llm, agent_tool
-from support.engines import make_engine
-
 from detector.core.decisions import DecisionBook
 from detector.core.models import Call
 from detector.settings.config import AppConfig
+from support.calls import T0, agent_llm, agent_tool
+from support.engines import make_engine
 
 Layout = Literal["root", "trace_per_step", "many_traces", "no_session", "session_named_last"]
 LAYOUTS: tuple[Layout, ...] = ("root", "trace_per_step", "many_traces", "no_session", "session_named_last")
