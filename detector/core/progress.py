@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from detector.core.steps import STEP_FAILED_CALL, STEP_REPLY, ProgressStep
+from detector.core.steps import STEP_FAILED_CALL, STEP_REPLY, STEP_TOOL, ProgressStep
 from detector.settings.vocabulary import EVIDENCE
 
 __all__ = [
     "BACKOFF_MIN_WAIT_NS", "BACKOFF_RATIO", "EVIDENCE_NAMES", "EXACT", "FUZZY", "MEMORY", "NEAR_BITS", "NONE",
-    "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RUN_TO_WARN", "SIZES", "STRUCTURE", "SUBSTANCE_CHARS", "backing_off",
-    "match",
+    "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "STRUCTURE", "SUBSTANCE_CHARS",
+    "backing_off", "match", "same_call_near_result", "same_call_same_result", "same_failure", "same_reply", "same_sizes",
+    "shifted_call_same_content",
 ]
 
 # Evidence levels, weakest first (their names are the vocabulary's EVIDENCE_* words, in this order).
@@ -106,46 +107,95 @@ def _sizes(a: ProgressStep, b: ProgressStep) -> int:
     return STRUCTURE
 
 
-def match(a: ProgressStep, b: ProgressStep) -> int:
-    """How strongly step ``a`` repeats the earlier step ``b`` without progress: an evidence level (``NONE``: it does
-    not, or something new came back)."""
-    if a.kind != b.kind:
+# -- the rules: each says how strongly step ``a`` repeats the earlier step ``b`` without progress (NONE: it does not);
+# ``match`` takes the strongest. One small function per pattern, each beside the honest look-alike it leaves alone
+# (tests/core/test_progress.py; docs/detection-quality.md measures what each earns on the real runs).
+
+
+def same_failure(a: ProgressStep, b: ProgressStep) -> int:
+    """The same failure, or the same "nothing", again, whatever the arguments: a prose paragraph sent as a shell command
+    and reworded each time, with the same bash error back. From another tool (another search engine, the same empty
+    answer) it is near enough. Another failure is something new."""
+    if not (a.failure and a.failure == b.failure):
         return NONE
-    if a.failure and a.failure == b.failure:
-        # the same failure (or "nothing") again, whatever the arguments: of the same tools, the same outcome; of
-        # other tools (another search engine, the same empty answer), near enough
-        return EXACT if a.names == b.names else FUZZY
-    if a.kind == STEP_FAILED_CALL or a.names != b.names or a.pending:
-        return NONE  # (a status still in progress, asked again: polling; the world has to move)
-    if not (a.known and b.known):
-        return _sizes(a, b)
-    if a.kind == STEP_REPLY:
-        return _match_reply(a, b)
-    action = _compare(a.act, b.act, a.act_sim, b.act_sim, 0)  # near: the same arguments but for their numbers
-    outcome = _compare(a.obs, b.obs, a.obs_sim, b.obs_sim, NEAR_BITS)
-    if action == _SAME:
-        if outcome == _SAME:
-            return EXACT
-        if outcome == _NEAR or (outcome == _UNKNOWN and a.obs_chars == 0 and b.obs_chars == 0):
-            return FUZZY  # the same call, nearly the same back (a file one line longer), or nothing either time
-        return NONE  # the same call bringing back something new: a poll that moved, the next page
-    if action == _NEAR and outcome >= _NEAR and a.obs_chars >= SUBSTANCE_CHARS:
-        # the same call at another offset or count, (nearly) the same content back: a shifted re-read. (A short
-        # acknowledgement of another number, "waited 4s" after "waited 2s", is another request answered.)
-        return FUZZY
-    if action == _UNKNOWN and outcome == _SAME:
-        return FUZZY  # arguments not captured, the same back
+    return EXACT if a.names == b.names else FUZZY
+
+
+def same_call_same_result(a: ProgressStep, b: ProgressStep) -> int:
+    """The same tool call bringing back the same: ``read_file("a.py")`` twice. The same call bringing back something
+    new is what polling and paging are."""
+    if a.kind != STEP_TOOL or a.names != b.names or not (a.act and a.act == b.act):
+        return NONE
+    if a.obs and a.obs == b.obs:
+        return EXACT
+    if not (a.obs or b.obs) and a.obs_chars == 0 and b.obs_chars == 0 and a.known and b.known:
+        return FUZZY  # nothing came back, either time
     return NONE
 
 
-def _match_reply(a: ProgressStep, b: ProgressStep) -> int:
+def same_call_near_result(a: ProgressStep, b: ProgressStep) -> int:
+    """The same tool call bringing back nearly the same (SimHashes within ``NEAR_BITS``): the same edit re-applied, the
+    file one line longer each time."""
+    if a.kind != STEP_TOOL or a.names != b.names or not (a.act and a.act == b.act) or a.obs == b.obs:
+        return NONE
+    return FUZZY if _compare(a.obs, b.obs, a.obs_sim, b.obs_sim, NEAR_BITS) == _NEAR else NONE
+
+
+def shifted_call_same_content(a: ProgressStep, b: ProgressStep) -> int:
+    """The same tool call but for its numbers (the same SimHash of the arguments without numbers) bringing back the
+    same content, or nearly: ``read_file(offset=120)`` after ``offset=100`` over lines already read. A short
+    acknowledgement of another number ("waited 4s" after "waited 2s") is another request answered; arguments that
+    were not captured, with the same result, are as near as can be told."""
+    if a.kind != STEP_TOOL or a.names != b.names or (a.act and a.act == b.act):
+        return NONE
+    action = _compare(a.act, b.act, a.act_sim, b.act_sim, 0)
+    outcome = _compare(a.obs, b.obs, a.obs_sim, b.obs_sim, NEAR_BITS)
+    if action == _NEAR and outcome >= _NEAR and a.obs_chars >= SUBSTANCE_CHARS:
+        return FUZZY
+    if action == _UNKNOWN and outcome == _SAME:
+        return FUZZY
+    return NONE
+
+
+def same_reply(a: ProgressStep, b: ProgressStep) -> int:
+    """The same reply (or reworded: within ``REPLY_BITS``) to the same input, or to a nudge ("go on"): the same plan
+    restated. The same reply to a new question of substance is one template over many documents."""
+    if a.kind != STEP_REPLY or not a.known:
+        return NONE
     reply = _compare(a.act, b.act, a.act_sim, b.act_sim, REPLY_BITS)
     if reply <= _DIFFERENT:
         return NONE
     told = _compare(a.obs, b.obs, a.obs_sim, b.obs_sim, NEAR_BITS)
     if told == _DIFFERENT and a.obs_chars >= NUDGE_CHARS:
-        return NONE  # the same reply to a new question
+        return NONE
     return EXACT if reply == _SAME and told == _SAME else FUZZY
+
+
+def same_sizes(a: ProgressStep, b: ProgressStep) -> int:
+    """Content capture off (either step unknown): the same tools bringing back the same amount to the token, answered at
+    the same length; the same reply length to the same amount of new input, or to the same request sent again
+    (``SIZES``). Only the same shape is ``STRUCTURE``, which never counts as wasted."""
+    if a.known and b.known or a.kind == STEP_FAILED_CALL or a.names != b.names:
+        return NONE
+    return _sizes(a, b)
+
+
+RULES: Final = (same_failure, same_call_same_result, same_call_near_result, shifted_call_same_content, same_reply,
+                same_sizes)
+
+
+def match(a: ProgressStep, b: ProgressStep) -> int:
+    """How strongly step ``a`` repeats the earlier step ``b`` without progress: the strongest rule's evidence level
+    (``NONE``: it does not, or something new came back). A result that says the work is still in progress is never
+    wasted: asking again is polling, the world has to move."""
+    if a.kind != b.kind or a.pending:
+        return NONE
+    best = NONE
+    for rule in RULES:
+        level = rule(a, b)
+        if level > best:
+            best = level
+    return best
 
 
 def backing_off(steps: list[ProgressStep]) -> bool:

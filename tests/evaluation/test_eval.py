@@ -201,7 +201,7 @@ def test_small_replay_through_the_real_pipeline():
     assert m["overall"]["loop-detector"]["recall_warn"] == 1.0
     assert m["overall"]["loop-detector"]["fp_rate_warn"] == 0.0
     assert {s["name"] for s in m["systems"]} == {"loop-detector", "tokenpolice_exact_repeat", "same_tool_call_x3",
-                                                  "openhands_stuck"}
+                                                  "openhands_stuck", "gemini_cli_same_call_x5", "crewai_repeated_usage"}
     assert m["replays"][0]["calls"] == sum(len(s.calls) for s in scenarios)
 
 
