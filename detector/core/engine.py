@@ -105,18 +105,17 @@ def in_span_order(calls: list[Call]) -> bool:
 
 
 def call_steps(call: Call, tools: list[Call], previous: Call | None) -> list[ProgressStep]:
-    """The steps a model call completes: its own failure; the tools that ran since the session's previous call
-    without content (known by their sizes), or, when no tool span ran, the tools that call asked for (their results
-    in this call's new input); and its reply, when it asked for no tool. (Tool spans with content made their steps as
-    they arrived.)"""
+    """The steps a model call completes: its own failure; the tools the session's previous call asked for, when no
+    tool span told what they did (their results are in this call's new input; without content, only their sizes are
+    known); and its reply, when it asked for no tool. (Tool spans with content made their steps as they arrived.)"""
     if call.is_error:
         return [failed_call_step(call)]
     steps = []
     blind = [t for t in tools if not has_content(t)]
-    if blind:
+    if (blind or not tools) and previous is not None and previous.out_tool_names:
+        steps.append(asked_tool_step(previous, call))  # what it asked for, what came back in this call's input
+    elif blind:
         steps.append(sized_tool_step(blind, call, previous))
-    elif not tools and previous is not None and previous.out_tool_names:
-        steps.append(asked_tool_step(previous, call))
     if not call.out_tool_names and _TOOL_FINISHES.isdisjoint(call.finish_reasons):
         steps.append(reply_step(call, previous))
     return steps
