@@ -6,10 +6,12 @@ pydantic model.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from detector.core.progress import EXACT, FUZZY
 from detector.core.tuning import BudgetSpec, EngineTuning, PlannedRule, ScoringTuning, VelocityTuning
-from detector.settings.config import AppConfig, LoopDetectionConfig, Rule
-from detector.settings.rule_params import PARAM_MODELS
+from detector.settings.config import AppConfig, Budget, LoopDetectionConfig, Rule
+from detector.settings.rule_params import PARAM_MODELS, VelocityParams
 from detector.settings.vocabulary import (
     DETECTOR_EXACT_PROMPT_REPEAT,
     DETECTOR_FAILURE_LOOP,
@@ -20,7 +22,7 @@ from detector.settings.vocabulary import (
     RULE_BLOCK,
 )
 
-__all__ = ["engine_tuning", "planned_rule", "scoring_tuning"]
+__all__ = ["budget_specs", "engine_tuning", "planned_rule", "scoring_tuning", "velocity_tuning"]
 
 
 def scoring_tuning(cfg: LoopDetectionConfig) -> ScoringTuning:
@@ -59,9 +61,16 @@ def planned_rule(rule: Rule) -> PlannedRule:
         return PlannedRule(**base, wasted_calls=params.wasted_calls,
                            min_level=EXACT if params.min_evidence == "exact" else FUZZY)
     if rule.detector == DETECTOR_VELOCITY:
-        return PlannedRule(**base, velocity=VelocityTuning(params.tpm_limit, params.baseline_minutes,
-                                                           params.min_baseline_tpm, params.warmup_minutes))
+        return PlannedRule(**base, velocity=velocity_tuning(params))
     return PlannedRule(**base)
+
+
+def velocity_tuning(params: VelocityParams) -> VelocityTuning:
+    return VelocityTuning(params.tpm_limit, params.baseline_minutes, params.min_baseline_tpm, params.warmup_minutes)
+
+
+def budget_specs(budgets: Iterable[Budget]) -> tuple[BudgetSpec, ...]:
+    return tuple(BudgetSpec(b.name, b.scope, b.match, b.period, b.limit_usd, b.action) for b in budgets)
 
 
 def engine_tuning(config: AppConfig) -> EngineTuning:
@@ -70,7 +79,7 @@ def engine_tuning(config: AppConfig) -> EngineTuning:
     return EngineTuning(
         scoring=scoring_tuning(ld),
         rules=tuple(planned_rule(rule) for rule in config.rules),
-        budgets=tuple(BudgetSpec(b.name, b.scope, b.match, b.period, b.limit_usd, b.action) for b in config.budgets),
+        budgets=budget_specs(config.budgets),
         prices={model: (p.input_per_million, p.output_per_million) for model, p in config.prices.items()},
         key_scoring={key: scoring_tuning(config.for_key(key)) for key, o in config.virtual_keys.items()
                      if o.loop_detection},

@@ -17,7 +17,8 @@ from support.engines import make_engine
 
 from detector.core.budgets import BudgetTracker, period_end_us, period_key
 from detector.core.models import Call
-from detector.detection.tuning import engine_tuning
+from detector.core.tuning import BudgetSpec
+from detector.detection.tuning import budget_specs, engine_tuning
 from detector.service.process import running_service
 from detector.settings.config import Budget, parse_config
 from detector.storage.budget_totals import load_totals
@@ -28,8 +29,9 @@ DAY2 = calendar.timegm((2027, 1, 1, 1, 0, 0)) * 10**6
 
 
 def budget(name: str, scope: str = "feature", match: str = "*", limit: float = 1.0, period: str = "day",
-           action: str = "block") -> Budget:
-    return Budget(name=name, scope=scope, match=match, limit_usd=limit, period=period, action=action)  # type: ignore[arg-type]
+           action: str = "block") -> BudgetSpec:
+    return budget_specs([Budget(name=name, scope=scope, match=match, limit_usd=limit, period=period,  # type: ignore[arg-type]
+                                action=action)])[0]
 
 
 def spend(tracker: BudgetTracker, usd: float, ts_us: int = DAY1, session: str = "s1", key: str = "k1",
@@ -184,7 +186,7 @@ def test_budgets_end_to_end_with_restart(tmp_path):
     store = ChdbStore(tmp_path)
     try:
         store.command("ALTER TABLE otel.loop_meta DELETE WHERE startsWith(key, 'budget:') SETTINGS mutations_sync = 1")
-        tracker = BudgetTracker(config.budgets)
+        tracker = BudgetTracker(budget_specs(config.budgets))
         assert load_totals(store, tracker, config, "0/1", watermark) > 0
         assert tracker.spent("feature", "search", "day", int(time.time() * 1e6)) == pytest.approx(1.0)
         assert tracker.spent("key", key, "month", int(time.time() * 1e6)) == pytest.approx(1.0)

@@ -119,7 +119,7 @@ def test_the_memory_is_bounded_and_an_old_step_done_again_is_not_a_repeat():
 
 def test_waits_that_grow_are_backoff_and_a_constant_wait_is_no_evidence():
     backoff = ProgressMemory()
-    levels = [backoff.observe(tool(act=1, obs=10, wait=w * 10**9)) for w in (0.3, 1, 2, 4, 8)]
+    levels = [backoff.observe(tool(act=1, obs=10, wait=int(w * 10**9))) for w in (0.3, 1, 2, 4, 8)]
     assert levels[-2:] == [NONE, NONE] and backoff.flag == NONE
     steady = ProgressMemory()
     for _ in range(5):
