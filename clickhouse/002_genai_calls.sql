@@ -144,7 +144,7 @@ SELECT
     if(normalized[1] != '', cityHash64(replaceRegexpAll(normalized[1], '\\d+', '#')), 0) AS observation_shape_fp,
     -- what came back says the work is still in progress (a status of queued, running, in progress...): asking again
     -- is polling, the world has to move
-    observed != '' AND match(observed, '(?i)\\b(status|state|phase)"?\\s*[:=]\\s*"?(queued|pending|running|in[ _-]?progress|processing|started|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\\b')
+    observed != '' AND match(observed, '(?i)\\b(status|state|phase)\\\\?"?\\s*[:=]\\s*\\\\?"?(queued|pending|running|in[ _-]?progress|processing|started|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\\b')
         AS observation_pending
 FROM (
 -- (2c) what came back, the arguments and the reply, each with incidental variation normalized (see the top of

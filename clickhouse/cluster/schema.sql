@@ -190,7 +190,7 @@ SELECT
     observed != '' AND match(observed, '(?i)\\b(error|exception|traceback|fatal|failed|failure|denied|not found|no such|cannot|can\'t|could not|unable to|invalid|unexpected|refused|timed out|not recognized)\\b|\\busage:|<returncode>[1-9]')
         AS observation_failed,
     if(normalized[1] != '', cityHash64(replaceRegexpAll(normalized[1], '\\d+', '#')), 0) AS observation_shape_fp,
-    observed != '' AND match(observed, '(?i)\\b(status|state|phase)"?\\s*[:=]\\s*"?(queued|pending|running|in[ _-]?progress|processing|started|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\\b')
+    observed != '' AND match(observed, '(?i)\\b(status|state|phase)\\\\?"?\\s*[:=]\\s*\\\\?"?(queued|pending|running|in[ _-]?progress|processing|started|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\\b')
         AS observation_pending
 FROM (
 SELECT *,

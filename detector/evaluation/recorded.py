@@ -85,14 +85,16 @@ class Recording:
         return max(s.end for s in self.spans) - min(s.start for s in self.spans)
 
     def batches(self) -> list[list[_Span]]:
-        """What is sent before the decision read after each LLM call: every span that ended by the end of that
-        call and was not sent yet, in end order; the spans left after the last call come with the last batch's
-        successor (:meth:`rest`)."""
+        """What is sent before the decision read after each LLM call: every span not sent yet that ended before the
+        next LLM call started (the call itself, and the tools it ran: the agent checks before its next call), in end
+        order; after the last call, what ended by its end. The spans left (the run's own) come with :meth:`rest`."""
         by_end = sorted(self.spans, key=lambda s: (s.end, s.start))
+        calls = self.calls
         sent: set[int] = set()
         out = []
-        for call in self.calls:
-            batch = [s for s in by_end if id(s) not in sent and (s.end <= call.end or s is call)]
+        for k, call in enumerate(calls):
+            until = calls[k + 1].start if k + 1 < len(calls) else call.end
+            batch = [s for s in by_end if id(s) not in sent and (s.end <= max(until, call.end) or s is call)]
             sent.update(id(s) for s in batch)
             out.append(batch)
         self._rest = [s for s in by_end if id(s) not in sent]
