@@ -126,11 +126,7 @@ def same_call_same_result(a: ProgressStep, b: ProgressStep) -> int:
     new is what polling and paging are."""
     if a.kind != STEP_TOOL or a.names != b.names or not (a.act and a.act == b.act):
         return NONE
-    if a.obs and a.obs == b.obs:
-        return EXACT
-    if not (a.obs or b.obs) and a.obs_chars == 0 and b.obs_chars == 0 and a.known and b.known:
-        return FUZZY  # nothing came back, either time
-    return NONE
+    return EXACT if a.obs and a.obs == b.obs else NONE
 
 
 def same_call_near_result(a: ProgressStep, b: ProgressStep) -> int:
