@@ -18,6 +18,8 @@ def llm(i: int, *, session="s1", trace="t1", tool_fp=0, request_fp=None, out_sim
         response_fp=99 if tool_fp else 3000 + i, out_tool_fps=(tool_fp,) if tool_fp else (),
         out_tool_names=(tool_name,) if tool_fp else (), is_error=error, error_fp=55 if error else 0,
         error_type="timeout" if error else "", finish_reasons=("tool_calls",) if tool_fp else ("stop",),
+        # what came back since the previous call (its new input, normalized): the same result in a tool loop
+        observation_fp=0x0F0F if tool_fp else 5000 + i, observation_chars=300,
     )
 
 
