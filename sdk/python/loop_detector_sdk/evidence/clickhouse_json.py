@@ -162,13 +162,22 @@ def pairs_text(pairs: Pairs) -> str:
     return "[" + ",".join(f"('{k.translate(_QUOTED)}','{v.translate(_QUOTED)}')" for k, v in pairs) + "]"
 
 
+_RAW_CACHE: dict[str, str] = {}
+
+
 def value_raw(value: Any) -> str:
     """The raw text of a Python value as an instrumentation serializes it (``json.dumps``) and ClickHouse
     re-serializes it: what ``JSONExtractRaw`` gives for a message field holding ``value``. A value JSON cannot
-    write is written by ``str``."""
+    write is written by ``str``. (Cached by the serialized text: a conversation sends its history again with
+    every call.)"""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
     except (ValueError, TypeError, RecursionError):
         return json.dumps(str(value), ensure_ascii=False)
-    raw = document_raw(text)
-    return raw if raw is not None else text
+    raw = _RAW_CACHE.get(text)
+    if raw is None:
+        if len(_RAW_CACHE) >= 4096:
+            _RAW_CACHE.clear()
+        parsed = document_raw(text)
+        raw = _RAW_CACHE[text] = parsed if parsed is not None else text
+    return raw
