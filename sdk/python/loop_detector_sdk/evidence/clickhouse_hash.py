@@ -264,7 +264,7 @@ def ngram_simhash_ci(text: str) -> int:
         if n == 3:
             return 0  # the first n-gram is never counted
         t0, t1, t2 = _NG0, _NG1, _NG2
-        hashes = [t0[a] ^ t1[b] ^ t2[c] for a, b, c in zip(data[1:], data[2:], data[3:])]
+        hashes = [t0[a] ^ t1[b] ^ t2[c] for a, b, c in zip(data[1:], data[2:], data[3:], strict=False)]
         return _simhash(hashes)
     if len(text) < 3:
         return _crc(utf8(text).translate(_LOWER_BIT))
@@ -293,7 +293,7 @@ def word_shingle_simhash_ci(text: str) -> int:
         return _simhash([_crc(b"".join(words).translate(_LOWER_BIT))])
     t = _CRC
     hashes = []
-    for a, b, c in zip(words, words[1:], words[2:]):
+    for a, b, c in zip(words, words[1:], words[2:], strict=False):
         crc = 0xFFFFFFFF
         for byte in (a + b + c).translate(_LOWER_BIT):
             crc = t[(crc ^ byte) & 0xFF] ^ (crc >> 8)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loop_detector_sdk.fingerprint import js_number
+from loop_detector_sdk.evidence.numbers import js_number
 
 __all__ = ["Pairs", "document_raw", "number_text", "object_pairs", "pairs_text", "value_raw"]
 

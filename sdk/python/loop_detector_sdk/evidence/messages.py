@@ -27,7 +27,7 @@ from typing import Any
 from loop_detector_sdk.evidence.clickhouse_json import value_raw
 
 __all__ = [
-    "Message", "Part", "from_anthropic", "from_genai", "from_langchain", "from_openai_chat", "from_responses_input",
+    "Message", "Part", "arguments_text", "from_anthropic", "from_genai", "from_langchain", "from_openai_chat", "from_responses_input",
     "reply_text",
 ]
 
@@ -77,7 +77,7 @@ def _result_text(value: Any) -> str:
     return value if isinstance(value, str) else value_raw(value)
 
 
-def _arguments_text(value: Any) -> str:
+def arguments_text(value: Any) -> str:
     """Tool call arguments as the span holds them: a JSON string parsed first (as the instrumentations do), the
     value's raw JSON; a string that is not JSON as it is."""
     if isinstance(value, str):
@@ -140,7 +140,7 @@ def from_openai_chat(messages: Iterable[Any] | None) -> list[Message]:
         content = _get(message, "content")
         if role == ASSISTANT:
             parts = [Part(TOOL_CALL, name=str(_get(_get(c, "function"), "name", "") or ""),
-                          arguments=_arguments_text(_get(_get(c, "function"), "arguments")))
+                          arguments=arguments_text(_get(_get(c, "function"), "arguments")))
                      for c in _get(message, "tool_calls", None) or ()]
             parts.extend(_content_parts(content))
         elif role == "tool":
@@ -162,7 +162,7 @@ def from_responses_input(items: Any, instructions: Any = None) -> list[Message]:
         kind = _get(item, "type")
         if kind == "function_call":
             out.append(Message(ASSISTANT, (Part(TOOL_CALL, name=str(_get(item, "name", "") or ""),
-                                                arguments=_arguments_text(_get(item, "arguments"))),)))
+                                                arguments=arguments_text(_get(item, "arguments"))),)))
         elif kind in ("function_call_output", "custom_tool_call_output", "computer_call_output"):
             out.append(Message("tool", (Part(TOOL_RESULT, _result_text(_get(item, "output"))),)))
         elif kind == "reasoning":
