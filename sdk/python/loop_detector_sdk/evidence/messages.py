@@ -19,12 +19,11 @@ Objects are read by duck typing (dicts or the libraries' own types), so nothing 
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loop_detector_sdk.evidence.clickhouse_json import value_raw
+from loop_detector_sdk.evidence.clickhouse_json import document_raw, value_raw
 
 __all__ = [
     "Message", "Part", "arguments_text", "from_anthropic", "from_genai", "from_langchain", "from_openai_chat", "from_responses_input",
@@ -78,13 +77,12 @@ def _result_text(value: Any) -> str:
 
 
 def arguments_text(value: Any) -> str:
-    """Tool call arguments as the span holds them: a JSON string parsed first (as the instrumentations do), the
-    value's raw JSON; a string that is not JSON as it is."""
+    """Tool call arguments as the span holds them: a JSON string as ClickHouse re-serializes it (key order,
+    duplicates and long integers kept, as the text has them), any other value's raw JSON; a string that is not
+    JSON as it is."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return value
+        raw = document_raw(value)
+        return raw if raw is not None else value
     return value_raw(value)
 
 
