@@ -163,3 +163,35 @@ def test_a_failing_reader_leaves_the_check_without_evidence_and_logs_no_content(
     with caplog.at_level("DEBUG"):
         assert model_evidence("m", broken, ["SECRET-CANARY"]) is None
     assert "KeyError" in caplog.text and "SECRET-CANARY" not in caplog.text
+
+
+def _genai(messages: list[dict]) -> list:
+    """The semantic-conventions messages as util-genai's own types (what the completion hook is called with)."""
+    from opentelemetry.util.genai.types import InputMessage, Reasoning, Text, ToolCallRequest, ToolCallResponse
+
+    def part(p: dict):
+        kind = p["type"]
+        if kind == "text":
+            return Text(p["content"])
+        if kind == "reasoning":
+            return Reasoning(p["content"])
+        if kind == "tool_call":
+            return ToolCallRequest(p["arguments"], p["name"], p.get("id"))
+        return ToolCallResponse(p["response"], p.get("id"))
+
+    return [InputMessage(m["role"], [part(p) for p in m["parts"]]) for m in messages]
+
+
+@pytest.mark.parametrize("v", DOC["calls"], ids=lambda v: v["name"])
+def test_the_hooks_path_over_util_genais_types_is_the_same(v):
+    """The hook recognizes the history from a cache: the first and the repeated call give the vectors' values."""
+    from loop_detector_sdk.evidence.fingerprints import genai_call_evidence
+
+    inputs, outputs = from_genai(v["inputs"]), from_genai(v["outputs"])
+    expected = call_evidence(v["model"], inputs, outputs, reply_text(outputs)).span_attributes()
+    for _ in range(2):
+        got = genai_call_evidence(v["model"], _genai(v["inputs"]), _genai(v["outputs"])).span_attributes()
+        assert got == expected and got["loop_detector.fp.request"] == v["request"]
+    system = genai_call_evidence(v["model"], _genai(v["inputs"]), [], [_genai([{"role": "system", "parts": [
+        {"type": "text", "content": "extra instructions"}]}])[0].parts[0]])
+    assert system.span_attributes()["loop_detector.fp.request"] != v["request"]  # system instructions count

@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from loop_detector_sdk.evidence.fingerprints import call_evidence
-from loop_detector_sdk.evidence.messages import from_genai, reply_text
+from loop_detector_sdk.evidence.fingerprints import genai_call_evidence
 
 __all__ = ["LoopDetectorHook", "loop_detector_hook"]
 
@@ -46,9 +45,7 @@ class LoopDetectorHook:
         if span is None or not span.is_recording():
             return
         try:
-            messages = from_genai(inputs or (), system_instruction or ())
-            replies = from_genai(outputs or ())
-            evidence = call_evidence(_model_of(span), messages, replies, reply_text(replies))
+            evidence = genai_call_evidence(_model_of(span), inputs or (), outputs or (), system_instruction or ())
             span.set_attributes(evidence.span_attributes())
         except Exception as exc:  # never the app's problem; never the content in the log
             log.warning("loop-detector completion hook failed (%s); the span has no fingerprints", type(exc).__name__)

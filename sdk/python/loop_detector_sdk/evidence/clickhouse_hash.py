@@ -282,6 +282,48 @@ def ngram_simhash_ci(text: str) -> int:
 
 
 _WORD = re.compile(rb"[0-9A-Za-z\x80-\xff]{4,}")  # words of 4 bytes or more (separators: other ASCII bytes)
+_Tables = tuple[list[int], list[int], list[int], list[int]]
+_WORD_CRC: dict[bytes, tuple[_Tables | None, int, int, bytes]] = {}
+_SHIFT: dict[int, _Tables] = {}  # n -> the tables of "n zero bytes after"
+_LONG_WORD: Final = 64  # a longer word is folded in byte by byte (no tables for every length)
+
+
+def _shift_tables(n: int) -> _Tables:
+    """CRC-32C is linear: the CRC of ``x`` followed by ``n`` zero bytes, for any 32-bit ``x``, is the XOR of four
+    table entries, one per byte of ``x`` (built once per length ``n``: about a thousand steps)."""
+    tables = _SHIFT.get(n)
+    if tables is None:
+        zeros = bytes(n)
+        basis = [_crc(zeros, 1 << j) for j in range(32)]
+        built = []
+        for k in range(4):
+            table = [0] * 256
+            for b in range(1, 256):
+                low = b & -b
+                table[b] = table[b ^ low] ^ basis[8 * k + low.bit_length() - 1]
+            built.append(table)
+        tables = _SHIFT[n] = (built[0], built[1], built[2], built[3])
+    return tables
+
+
+def _word(word: bytes) -> tuple[_Tables | None, int, int, bytes]:
+    """A word's shift tables (its length's), its CRC from the initial value and its CRC from 0, case-folded: the
+    CRC after it from any state ``x`` is ``tables(x) ^ own`` (cached per word: words recur)."""
+    entry = _WORD_CRC.get(word)
+    if entry is None:
+        if len(_WORD_CRC) > 65536:
+            _WORD_CRC.clear()
+        lowered = word.translate(_LOWER_BIT)
+        tables = _shift_tables(len(word)) if len(word) <= _LONG_WORD else None
+        entry = _WORD_CRC[word] = (tables, _crc(lowered), _crc(lowered, 0), lowered)
+    return entry
+
+
+def _after(x: int, entry: tuple[_Tables | None, int, int, bytes]) -> int:
+    tables = entry[0]
+    if tables is None:
+        return _crc(entry[3], x)
+    return tables[0][x & 0xFF] ^ tables[1][(x >> 8) & 0xFF] ^ tables[2][(x >> 16) & 0xFF] ^ tables[3][x >> 24] ^ entry[2]
 
 
 def word_shingle_simhash_ci(text: str) -> int:
@@ -291,11 +333,14 @@ def word_shingle_simhash_ci(text: str) -> int:
         return 0
     if len(words) <= 3:
         return _simhash([_crc(b"".join(words).translate(_LOWER_BIT))])
-    t = _CRC
+    entries = [_word(w) for w in words]
     hashes = []
-    for a, b, c in zip(words, words[1:], words[2:], strict=False):
-        crc = 0xFFFFFFFF
-        for byte in (a + b + c).translate(_LOWER_BIT):
-            crc = t[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-        hashes.append(crc)
+    for a, b, c in zip(entries, entries[1:], entries[2:], strict=False):
+        bt, ct = b[0], c[0]
+        if bt is None or ct is None:
+            hashes.append(_after(_after(a[1], b), c))
+            continue
+        x = a[1]
+        x = bt[0][x & 0xFF] ^ bt[1][(x >> 8) & 0xFF] ^ bt[2][(x >> 16) & 0xFF] ^ bt[3][x >> 24] ^ b[2]
+        hashes.append(ct[0][x & 0xFF] ^ ct[1][(x >> 8) & 0xFF] ^ ct[2][(x >> 16) & 0xFF] ^ ct[3][x >> 24] ^ c[2])
     return _simhash(hashes)

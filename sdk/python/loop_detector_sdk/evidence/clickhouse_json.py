@@ -25,7 +25,7 @@ from typing import Any
 
 from loop_detector_sdk.evidence.numbers import js_number
 
-__all__ = ["Pairs", "document_raw", "number_text", "object_pairs", "pairs_text", "value_raw"]
+__all__ = ["ENCODER", "Pairs", "document_raw", "number_text", "object_pairs", "pairs_text", "value_raw"]
 
 Pairs = list[tuple[str, str]]
 
@@ -163,6 +163,7 @@ def pairs_text(pairs: Pairs) -> str:
 
 
 _RAW_CACHE: dict[str, str] = {}
+ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)  # built once: the C encoder
 
 
 def value_raw(value: Any) -> str:
@@ -171,9 +172,9 @@ def value_raw(value: Any) -> str:
     write is written by ``str``. (Cached by the serialized text: a conversation sends its history again with
     every call.)"""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+        text = ENCODER.encode(value)
     except (ValueError, TypeError, RecursionError):
-        return json.dumps(str(value), ensure_ascii=False)
+        return ENCODER.encode(str(value))
     raw = _RAW_CACHE.get(text)
     if raw is None:
         if len(_RAW_CACHE) >= 4096:

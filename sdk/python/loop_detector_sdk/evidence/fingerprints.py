@@ -52,13 +52,24 @@ from loop_detector_sdk.evidence.clickhouse_hash import (
     utf8,
     word_shingle_simhash_ci,
 )
-from loop_detector_sdk.evidence.clickhouse_json import object_pairs
-from loop_detector_sdk.evidence.messages import ASSISTANT, SYSTEM_ROLES, TOOL_CALL, Message, Part
+from loop_detector_sdk.evidence.clickhouse_json import ENCODER, object_pairs
+from loop_detector_sdk.evidence.messages import (
+    ASSISTANT,
+    SYSTEM_ROLES,
+    TOOL_CALL,
+    TOOL_RESULT,
+    Message,
+    Part,
+    field_of,
+    from_genai,
+    reply_text,
+)
 from loop_detector_sdk.evidence.normalize import digits_masked, is_empty_observation, normalize, without_keys
 
 __all__ = [
     "ATTRIBUTES", "CallEvidence", "Observation", "Reply", "ToolCallEvidence", "ToolRunEvidence", "VERSION",
-    "call_evidence", "new_input_text", "observation", "reply", "request_fp", "tool_call", "tool_run",
+    "call_evidence", "genai_call_evidence", "new_input_text", "observation", "reply", "request_fp", "tool_call",
+    "tool_run",
 ]
 
 VERSION: Final = 1
@@ -128,7 +139,8 @@ class ToolRunEvidence:
 
 def _observation(text: str) -> Observation:
     norm = normalize(text)
-    stripped = normalize(without_keys(text))
+    keyless = without_keys(text)
+    stripped = norm if keyless == text else normalize(keyless)
     return Observation(fp=city_hash64(utf8(norm)) if norm else 0,
                        simhash=word_shingle_simhash_ci(stripped) if stripped else 0,
                        empty=is_empty_observation(text), chars=len(utf8(norm)))
@@ -206,9 +218,13 @@ def _message_hash(message: Message) -> int:
 
 def request_fp(model: str | None, messages: Sequence[Message]) -> int:
     """``cityHash64(model, [cityHash64(role, [part fingerprint, ...]), ...])``."""
-    h = combine(city_hash64(utf8(model or "")), int_hash(len(messages)))
-    for message in messages:
-        h = combine(h, _message_hash(message))
+    return _request(model, [_message_hash(m) for m in messages])
+
+
+def _request(model: str | None, message_hashes: Sequence[int]) -> int:
+    h = combine(city_hash64(utf8(model or "")), int_hash(len(message_hashes)))
+    for mh in message_hashes:
+        h = combine(h, mh)
     return h
 
 
@@ -280,3 +296,71 @@ def tool_run_evidence(name: str, arguments: str) -> dict[str, Any]:
     run = tool_run(name, arguments)
     return {"version": VERSION, "tool": str(run.fp), "tool_args": str(run.args_fp),
             "tool_args_simhash": str(run.args_simhash)}
+
+
+# -- the completion hook's path: util-genai's messages, the history recognized without being read again ----------
+
+_GENAI: dict[tuple[Any, ...], tuple[Message, int]] = {}
+
+
+def _genai_key(message: Any) -> tuple[Any, ...] | None:
+    """What identifies a util-genai message (its role and its parts' content), cheaply: a conversation sends its
+    history again with every call, and strings hash once. None for a part of another kind (read every time)."""
+    parts: list[tuple[Any, ...]] = []
+    for part in field_of(message, "parts") or ():
+        kind = field_of(part, "type")
+        if kind == "text" or kind == "reasoning":
+            content = field_of(part, "content")
+            if type(content) is not str:
+                return None
+            parts.append((kind, content))
+        elif kind == TOOL_RESULT:
+            response = field_of(part, "response")
+            if type(response) is not str:
+                return None
+            parts.append((kind, response))
+        elif kind == TOOL_CALL:
+            arguments = field_of(part, "arguments")
+            parts.append((kind, field_of(part, "name"),
+                          arguments if type(arguments) is str else ENCODER.encode(arguments)))
+        else:
+            return None
+    return (field_of(message, "role"), tuple(parts))
+
+
+def _genai_messages(items: Sequence[Any]) -> list[tuple[Message, int]]:
+    """Each util-genai message in the neutral form, with its hash as an element of the request's array."""
+    out = []
+    for item in items:
+        try:
+            key = _genai_key(item)
+        except (TypeError, ValueError, RecursionError):
+            key = None
+        entry = _GENAI.get(key) if key is not None else None
+        if entry is None:
+            message = from_genai([item])[0]
+            entry = (message, _message_hash(message))
+            if key is not None:
+                if len(_GENAI) >= _CACHE_SIZE:
+                    _GENAI.clear()
+                _GENAI[key] = entry
+        out.append(entry)
+    return out
+
+
+def genai_call_evidence(model: str | None, inputs: Sequence[Any], outputs: Sequence[Any],
+                        system_instruction: Sequence[Any] = ()) -> CallEvidence:
+    """:func:`call_evidence` of util-genai's messages (the completion hook's arguments), the history recognized
+    from a cache rather than read again."""
+    entries = _genai_messages(inputs)
+    if system_instruction:
+        system = from_genai((), system_instruction)[0]
+        entries.insert(0, (system, _message_hash(system)))
+    messages = [m for m, _ in entries]
+    replies = from_genai(outputs)
+    text = new_input_text(messages)
+    calls = tuple(tool_call(p.name, p.arguments) for m in replies for p in m.parts if p.kind == TOOL_CALL)
+    said = reply_text(replies)
+    return CallEvidence(request=_request(model, [h for _, h in entries]),
+                        observation=observation(text) if text is not None else None,
+                        reply=reply(said) if said else None, tool_calls=calls)

@@ -26,7 +26,7 @@ from typing import Any
 from loop_detector_sdk.evidence.clickhouse_json import document_raw, value_raw
 
 __all__ = [
-    "Message", "Part", "arguments_text", "from_anthropic", "from_genai", "from_langchain", "from_openai_chat", "from_responses_input",
+    "Message", "Part", "arguments_text", "field_of", "from_anthropic", "from_genai", "from_langchain", "from_openai_chat", "from_responses_input",
     "reply_text",
 ]
 
@@ -56,10 +56,17 @@ class Message:
     parts: tuple[Part, ...]
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
+def field_of(obj: Any, name: str, default: Any = None) -> Any:
+    """A field of a message or part: a dict's key or an object's attribute (the libraries' own types)."""
+    if type(obj) is dict:
         return obj.get(name, default)
-    return getattr(obj, name, default)
+    value = getattr(obj, name, _MISSING)
+    if value is not _MISSING:
+        return value
+    return obj.get(name, default) if isinstance(obj, Mapping) else default
+
+
+_MISSING = object()
 
 
 def _text_of(value: Any) -> str:
@@ -90,21 +97,21 @@ def arguments_text(value: Any) -> str:
 
 
 def _genai_part(part: Any) -> Part:
-    kind = str(_get(part, "type", "") or "")
+    kind = str(field_of(part, "type", "") or "")
     if kind == TOOL_CALL:
-        arguments = _get(part, "arguments")
-        return Part(TOOL_CALL, name=str(_get(part, "name", "") or ""),
+        arguments = field_of(part, "arguments")
+        return Part(TOOL_CALL, name=str(field_of(part, "name", "") or ""),
                     arguments=arguments if isinstance(arguments, str) else value_raw(arguments))
     if kind == TOOL_RESULT:
-        return Part(TOOL_RESULT, _result_text(_get(part, "response")))
-    return Part(kind, _text_of(_get(part, "content")))
+        return Part(TOOL_RESULT, _result_text(field_of(part, "response")))
+    return Part(kind, _text_of(field_of(part, "content")))
 
 
 def from_genai(messages: Iterable[Any], system_instruction: Iterable[Any] = ()) -> list[Message]:
     """util-genai's ``InputMessage`` / ``OutputMessage`` list; ``system_instruction`` parts, when given, as a
     leading system message."""
     out = [Message("system", tuple(_genai_part(p) for p in system_instruction))] if system_instruction else []
-    out.extend(Message(str(_get(m, "role", "") or ""), tuple(_genai_part(p) for p in _get(m, "parts", None) or ()))
+    out.extend(Message(str(field_of(m, "role", "") or ""), tuple(_genai_part(p) for p in field_of(m, "parts", None) or ()))
                for m in messages)
     return out
 
@@ -127,19 +134,19 @@ def _content_parts(content: Any) -> list[Part]:
         items = list(content)
         if all(isinstance(x, str) for x in items):
             return [Part(TEXT, str(content))]  # what openai-v2 records: str() of the list
-        return [Part(TEXT, t) for t in (_get(x, "text") for x in items) if isinstance(t, str)]
+        return [Part(TEXT, t) for t in (field_of(x, "text") for x in items) if isinstance(t, str)]
     return []
 
 
 def from_openai_chat(messages: Iterable[Any] | None) -> list[Message]:
     out = []
     for message in messages or ():
-        role = str(_get(message, "role", "") or "")
-        content = _get(message, "content")
+        role = str(field_of(message, "role", "") or "")
+        content = field_of(message, "content")
         if role == ASSISTANT:
-            parts = [Part(TOOL_CALL, name=str(_get(_get(c, "function"), "name", "") or ""),
-                          arguments=arguments_text(_get(_get(c, "function"), "arguments")))
-                     for c in _get(message, "tool_calls", None) or ()]
+            parts = [Part(TOOL_CALL, name=str(field_of(field_of(c, "function"), "name", "") or ""),
+                          arguments=arguments_text(field_of(field_of(c, "function"), "arguments")))
+                     for c in field_of(message, "tool_calls", None) or ()]
             parts.extend(_content_parts(content))
         elif role == "tool":
             parts = [Part(TOOL_RESULT, _result_text(content))]
@@ -157,16 +164,16 @@ def from_responses_input(items: Any, instructions: Any = None) -> list[Message]:
     if isinstance(items, str):
         return [*out, Message("user", (Part(TEXT, items),))]
     for item in items or ():
-        kind = _get(item, "type")
+        kind = field_of(item, "type")
         if kind == "function_call":
-            out.append(Message(ASSISTANT, (Part(TOOL_CALL, name=str(_get(item, "name", "") or ""),
-                                                arguments=arguments_text(_get(item, "arguments"))),)))
+            out.append(Message(ASSISTANT, (Part(TOOL_CALL, name=str(field_of(item, "name", "") or ""),
+                                                arguments=arguments_text(field_of(item, "arguments"))),)))
         elif kind in ("function_call_output", "custom_tool_call_output", "computer_call_output"):
-            out.append(Message("tool", (Part(TOOL_RESULT, _result_text(_get(item, "output"))),)))
+            out.append(Message("tool", (Part(TOOL_RESULT, _result_text(field_of(item, "output"))),)))
         elif kind == "reasoning":
             out.append(Message(ASSISTANT, ()))
         elif kind in (None, "message"):
-            out.append(Message(str(_get(item, "role", "") or ""), tuple(_content_parts(_get(item, "content")))))
+            out.append(Message(str(field_of(item, "role", "") or ""), tuple(_content_parts(field_of(item, "content")))))
     return out
 
 
@@ -176,13 +183,13 @@ def from_responses_input(items: Any, instructions: Any = None) -> list[Message]:
 def _anthropic_block(block: Any) -> Part | None:
     if isinstance(block, str):
         return Part(TEXT, block)
-    kind = _get(block, "type")
+    kind = field_of(block, "type")
     if kind == "text":
-        return Part(TEXT, str(_get(block, "text", "") or ""))
+        return Part(TEXT, str(field_of(block, "text", "") or ""))
     if kind == "tool_use":
-        return Part(TOOL_CALL, name=str(_get(block, "name", "") or ""), arguments=value_raw(_get(block, "input")))
+        return Part(TOOL_CALL, name=str(field_of(block, "name", "") or ""), arguments=value_raw(field_of(block, "input")))
     if kind == "tool_result":
-        content = _get(block, "content")
+        content = field_of(block, "content")
         if isinstance(content, str) or content is None:
             return Part(TOOL_RESULT, content or "")
         return Part(TOOL_RESULT, " ".join(p.text for p in _content_parts(content)))
@@ -194,10 +201,10 @@ def from_anthropic(messages: Iterable[Any] | None, system: Any = None) -> list[M
     if system:
         out.append(Message("system", tuple(_content_parts(system))))
     for message in messages or ():
-        content = _get(message, "content")
+        content = field_of(message, "content")
         blocks = [content] if isinstance(content, str) else list(content or ())
         parts = tuple(p for p in (_anthropic_block(b) for b in blocks) if p is not None)
-        out.append(Message(str(_get(message, "role", "") or ""), parts))
+        out.append(Message(str(field_of(message, "role", "") or ""), parts))
     return out
 
 
@@ -209,12 +216,12 @@ _LANGCHAIN_ROLES = {"human": "user", "ai": ASSISTANT, "tool": "tool", "system": 
 def from_langchain(messages: Iterable[Any] | None, system: Any = None) -> list[Message]:
     out = [Message("system", tuple(_content_parts(system)))] if system else []
     for message in messages or ():
-        kind = str(_get(message, "type", "") or "")
+        kind = str(field_of(message, "type", "") or "")
         role = _LANGCHAIN_ROLES.get(kind, kind)
-        content = _get(message, "content")
+        content = field_of(message, "content")
         if role == ASSISTANT:
-            parts = [Part(TOOL_CALL, name=str(_get(c, "name", "") or ""), arguments=value_raw(_get(c, "args")))
-                     for c in _get(message, "tool_calls", None) or ()]
+            parts = [Part(TOOL_CALL, name=str(field_of(c, "name", "") or ""), arguments=value_raw(field_of(c, "args")))
+                     for c in field_of(message, "tool_calls", None) or ()]
             parts.extend(_content_parts(content))
         elif role == "tool":
             parts = [Part(TOOL_RESULT, content if isinstance(content, str)

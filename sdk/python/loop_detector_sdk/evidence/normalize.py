@@ -68,4 +68,11 @@ def digits_masked(text: str) -> str:
 
 def is_empty_observation(text: str) -> bool:
     """The observation says "nothing": no results, not found, an empty list or object, null."""
-    return text != "" and _EMPTY.search(text.translate(_ASCII_LOWER)) is not None
+    if text == "":
+        return False
+    lowered = text.translate(_ASCII_LOWER)
+    # every alternative needs a quote, "no", a bracket, or a text that is null, none or blank: skip the scan else
+    if '"' not in lowered and "no" not in lowered and "[" not in lowered and "{" not in lowered and \
+            lowered.strip("\t\n\f\r ") not in ("", "null"):
+        return False
+    return _EMPTY.search(lowered) is not None
