@@ -311,11 +311,12 @@ def _word(word: bytes) -> tuple[_Tables | None, int, int, bytes]:
     CRC after it from any state ``x`` is ``tables(x) ^ own`` (cached per word: words recur)."""
     entry = _WORD_CRC.get(word)
     if entry is None:
+        lowered = word.translate(_LOWER_BIT)
+        if len(word) > _LONG_WORD:  # no tables for every length, and not kept
+            return (None, _crc(lowered), 0, lowered)
         if len(_WORD_CRC) > 65536:
             _WORD_CRC.clear()
-        lowered = word.translate(_LOWER_BIT)
-        tables = _shift_tables(len(word)) if len(word) <= _LONG_WORD else None
-        entry = _WORD_CRC[word] = (tables, _crc(lowered), _crc(lowered, 0), lowered)
+        entry = _WORD_CRC[word] = (_shift_tables(len(word)), _crc(lowered), _crc(lowered, 0), lowered)
     return entry
 
 

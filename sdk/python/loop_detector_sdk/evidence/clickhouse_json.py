@@ -177,8 +177,10 @@ def value_raw(value: Any) -> str:
         return ENCODER.encode(str(value))
     raw = _RAW_CACHE.get(text)
     if raw is None:
-        if len(_RAW_CACHE) >= 4096:
-            _RAW_CACHE.clear()
         parsed = document_raw(text)
-        raw = _RAW_CACHE[text] = parsed if parsed is not None else text
+        raw = parsed if parsed is not None else text
+        if len(text) <= 16_384:
+            if len(_RAW_CACHE) >= 2048:
+                _RAW_CACHE.clear()
+            _RAW_CACHE[text] = raw
     return raw

@@ -88,15 +88,29 @@ ATTR_TOOL_CALL_SIMHASHES: Final = PREFIX + "tool_call_simhashes"
 ATTRIBUTES: Final = (ATTR_VERSION, ATTR_REQUEST, ATTR_INPUT, ATTR_INPUT_SIMHASH, ATTR_INPUT_EMPTY, ATTR_INPUT_CHARS,
                      ATTR_OUTPUT, ATTR_OUTPUT_SIMHASH, ATTR_TOOL_NAMES, ATTR_TOOL_CALLS, ATTR_TOOL_CALL_SIMHASHES)
 
-_CACHE_SIZE: Final = 4096  # texts per cache: an agent that loops sends the same texts again; cleared when full
+# The caches map texts to their fingerprints: a conversation sends its history again with every call, and an agent
+# in a loop sends the same texts. Bounded: so many entries per cache (cleared when full), texts up to so many
+# characters (a longer one is fingerprinted every time it comes).
+_CACHE_SIZE: Final = 2048
+_CACHED_TEXT: Final = 16_384
+
+
+def _text_size(key: Any) -> int:
+    if type(key) is str:
+        return len(key)
+    if type(key) is tuple:
+        return sum(_text_size(x) for x in key)
+    return 0
 
 
 def _cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
     value = cache.get(key)
     if value is None:
-        if len(cache) >= _CACHE_SIZE:
-            cache.clear()
-        value = cache[key] = compute(key)
+        value = compute(key)
+        if _text_size(key) <= _CACHED_TEXT:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[key] = value
     return value
 
 
@@ -209,9 +223,11 @@ def _message_hash(message: Message) -> int:
     for part in message.parts:
         fp = _PARTS.get(part)
         if fp is None:
-            if len(_PARTS) >= _CACHE_SIZE:
-                _PARTS.clear()
-            fp = _PARTS[part] = int_hash(_part_fp(part))
+            fp = int_hash(_part_fp(part))
+            if len(part.text) + len(part.arguments) <= _CACHED_TEXT:
+                if len(_PARTS) >= _CACHE_SIZE:
+                    _PARTS.clear()
+                _PARTS[part] = fp
         h = combine(h, fp)
     return int_hash(h)
 
@@ -340,7 +356,7 @@ def _genai_messages(items: Sequence[Any]) -> list[tuple[Message, int]]:
         if entry is None:
             message = from_genai([item])[0]
             entry = (message, _message_hash(message))
-            if key is not None:
+            if key is not None and _text_size(key) <= _CACHED_TEXT:
                 if len(_GENAI) >= _CACHE_SIZE:
                     _GENAI.clear()
                 _GENAI[key] = entry
