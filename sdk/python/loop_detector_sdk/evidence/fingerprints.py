@@ -60,7 +60,6 @@ from loop_detector_sdk.evidence.messages import (
     TOOL_RESULT,
     Message,
     Part,
-    field_of,
     from_genai,
     reply_text,
 )
@@ -237,10 +236,25 @@ def request_fp(model: str | None, messages: Sequence[Message]) -> int:
     return _request(model, [_message_hash(m) for m in messages])
 
 
+_MODELS: dict[str, int] = {}
+
+
 def _request(model: str | None, message_hashes: Sequence[int]) -> int:
-    h = combine(city_hash64(utf8(model or "")), int_hash(len(message_hashes)))
+    """``cityHash64(model, [message hashes])``: the fold of :func:`combine` written out (it runs per message)."""
+    name = model or ""
+    h = _MODELS.get(name)
+    if h is None:
+        if len(_MODELS) >= _CACHE_SIZE:
+            _MODELS.clear()
+        h = _MODELS[name] = city_hash64(utf8(name))
+    h = combine(h, int_hash(len(message_hashes)))
+    m, k = 0xFFFFFFFFFFFFFFFF, 0x9DDFEA08EB382D69
     for mh in message_hashes:
-        h = combine(h, mh)
+        a = ((h ^ mh) * k) & m
+        a ^= a >> 47
+        b = ((mh ^ a) * k) & m
+        b ^= b >> 47
+        h = (b * k) & m
     return h
 
 
@@ -322,26 +336,27 @@ _GENAI: dict[tuple[Any, ...], tuple[Message, int]] = {}
 def _genai_key(message: Any) -> tuple[Any, ...] | None:
     """What identifies a util-genai message (its role and its parts' content), cheaply: a conversation sends its
     history again with every call, and strings hash once. None for a part of another kind (read every time)."""
+    if type(message) is dict:
+        return None  # util-genai's own types only (a dict is read every time)
     parts: list[tuple[Any, ...]] = []
-    for part in field_of(message, "parts") or ():
-        kind = field_of(part, "type")
+    for part in message.parts:
+        kind = part.type
         if kind == "text" or kind == "reasoning":
-            content = field_of(part, "content")
+            content = part.content
             if type(content) is not str:
                 return None
             parts.append((kind, content))
         elif kind == TOOL_RESULT:
-            response = field_of(part, "response")
+            response = part.response
             if type(response) is not str:
                 return None
             parts.append((kind, response))
         elif kind == TOOL_CALL:
-            arguments = field_of(part, "arguments")
-            parts.append((kind, field_of(part, "name"),
-                          arguments if type(arguments) is str else ENCODER.encode(arguments)))
+            arguments = part.arguments
+            parts.append((kind, part.name, arguments if type(arguments) is str else ENCODER.encode(arguments)))
         else:
             return None
-    return (field_of(message, "role"), tuple(parts))
+    return (message.role, tuple(parts))
 
 
 def _genai_messages(items: Sequence[Any]) -> list[tuple[Message, int]]:
@@ -350,7 +365,7 @@ def _genai_messages(items: Sequence[Any]) -> list[tuple[Message, int]]:
     for item in items:
         try:
             key = _genai_key(item)
-        except (TypeError, ValueError, RecursionError):
+        except (AttributeError, TypeError, ValueError, RecursionError):
             key = None
         entry = _GENAI.get(key) if key is not None else None
         if entry is None:
