@@ -10,7 +10,7 @@ the normalized texts are checked against ClickHouse through their hashes.
 
     .venv/bin/python tests/support/evidence_vectors.py   # rewrites sdk/test-vectors/evidence.json
 
-``tests/sdk/test_evidence_clickhouse.py`` rebuilds the document on chDB and compares it with the file.
+``tests/sdk/test_sdk_evidence_clickhouse.py`` rebuilds the document on chDB and compares it with the file.
 """
 
 from __future__ import annotations

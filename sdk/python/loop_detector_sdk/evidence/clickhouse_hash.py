@@ -1,7 +1,7 @@
 """ClickHouse's hash functions, bit for bit, in plain Python: what the service's SQL computes from content, so
 that a fingerprint computed in the app (where the content is) equals the one the service would compute from the
 same text (``sdk/test-vectors/evidence.json``; checked against the real functions on chDB by
-``tests/sdk/test_evidence_clickhouse.py``).
+``tests/sdk/test_sdk_evidence_clickhouse.py``).
 
 * :func:`city_hash64`: ``cityHash64(s)`` (CityHash v1.0.2, the version ClickHouse keeps for compatibility);
   :func:`combine` is how ``cityHash64(a, b, ...)`` folds its arguments (``Hash128to64``), :func:`int_hash` how it

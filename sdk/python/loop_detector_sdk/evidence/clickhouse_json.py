@@ -2,7 +2,7 @@
 ``JSONExtractKeysAndValuesRaw``, and ``toString`` of the sorted key/value pairs), so that the app gives a tool's
 arguments or an observation the same canonical text the service's SQL builds from the same JSON.
 
-What ClickHouse does (measured on chDB 26.9, ``tests/sdk/test_evidence_clickhouse.py`` keeps it so):
+What ClickHouse does (measured on chDB 26.9, ``tests/sdk/test_sdk_evidence_clickhouse.py`` keeps it so):
 
 * a document is valid when the whole text is one JSON value (whitespace around it, a leading byte order mark);
   NaN, infinities, a number beyond the doubles (``1e400``), a lone surrogate escape, a raw control character in a

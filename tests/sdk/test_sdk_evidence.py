@@ -1,5 +1,5 @@
 """The Python SDK's fingerprints (``loop_detector_sdk.evidence``) against the shared vectors, which ClickHouse
-made (``tests/sdk/test_evidence_clickhouse.py`` keeps them so), and its readers of each library's messages: the
+made (``tests/sdk/test_sdk_evidence_clickhouse.py`` keeps them so), and its readers of each library's messages: the
 openai chat reader against the openai-v2 instrumentation's own conversion (so a guard and the completion hook in one
 app fingerprint a call alike), and the other libraries' shapes."""
 
