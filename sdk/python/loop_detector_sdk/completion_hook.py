@@ -41,7 +41,8 @@ class LoopDetectorHook:
 
     def on_completion(self, *, inputs: list[Any] | None = None, outputs: list[Any] | None = None,
                       system_instruction: list[Any] | None = None, tool_definitions: list[Any] | None = None,
-                      span: Any = None, log_record: Any = None) -> None:
+                      span: Any = None, log_record: Any = None, **_later: Any) -> None:
+        # (**_later: arguments a later util-genai may add; the hook reads the ones above)
         if span is None or not span.is_recording():
             return
         try:
