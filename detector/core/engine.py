@@ -39,11 +39,10 @@ from detector.core.scope_table import ScopeTable
 from detector.core.score_rows import ScoreColumns, score_dict
 from detector.core.steps import (
     ProgressStep,
-    asked_tool_step,
+    answered_tool_step,
     failed_call_step,
-    has_content,
+    has_outcome,
     reply_step,
-    sized_tool_step,
     tool_step,
 )
 from detector.core.trips import (
@@ -105,17 +104,16 @@ def in_span_order(calls: list[Call]) -> bool:
 
 
 def call_steps(call: Call, tools: list[Call], previous: Call | None) -> list[ProgressStep]:
-    """The steps a model call completes: its own failure; the tools the session's previous call asked for, when no
-    tool span told what they did (their results are in this call's new input; without content, only their sizes are
-    known); and its reply, when it asked for no tool. (Tool spans with content made their steps as they arrived.)"""
+    """The steps a model call completes: its own failure; the tool runs since the session's previous call whose spans
+    did not tell what came back (or, without tool spans, the tools that call asked for): their results are in this
+    call's new input; and its reply, when it asked for no tool. (Tool spans that told what came back made their steps
+    as they arrived.)"""
     if call.is_error:
         return [failed_call_step(call)]
     steps = []
-    blind = [t for t in tools if not has_content(t)]
-    if (blind or not tools) and previous is not None and previous.out_tool_names:
-        steps.append(asked_tool_step(previous, call))  # what it asked for, what came back in this call's input
-    elif blind:
-        steps.append(sized_tool_step(blind, call, previous))
+    open_tools = [t for t in tools if not has_outcome(t)]
+    if open_tools or (not tools and previous is not None and previous.out_tool_names):
+        steps.append(answered_tool_step(open_tools, previous, call))
     if not call.out_tool_names and _TOOL_FINISHES.isdisjoint(call.finish_reasons):
         steps.append(reply_step(call, previous))
     return steps
@@ -232,7 +230,7 @@ class Engine:
         if call.is_tool:
             trace.pending_tools.append(call)
             session.pending_tools.append(call)
-            if tuning.progress and has_content(call):
+            if tuning.progress and has_outcome(call):
                 self._observe(tool_step(call, session.wait_ns), both, call, tuning, out)
             return
 

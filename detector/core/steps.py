@@ -2,14 +2,15 @@
 
 No I/O. A step is one of:
 
-- a **tool run**: an ``execute_tool`` span, read as soon as it arrives when it carries content (its arguments, its
-  result) or a failure (error type and status message: known with content capture off too); without spans, the tool
-  the previous model call asked for, with the new input of the next call as what came back;
+- a **tool run**: an ``execute_tool`` span, read as soon as it arrives when it tells what came back (its result, or a
+  failure: error type and status message, known with content capture off too); else completed by the next model call,
+  whose new input holds what came back (with the span's arguments, or what the previous call asked for: without any
+  tool span, the tool run is known from the model calls alone);
 - a **reply**: a model call that asked for no tool: what it said, to what it was told (its new input);
 - a **failed call**: the model call itself failed: the request, and the error.
 
 With content capture off, a tool run is known only by its name and by how much it brought back: the tokens the next
-call's context grew by besides the previous reply (its *sizes*), so its step is made at that call.
+call's context grew by besides the previous reply (its *sizes*).
 
 Every fingerprint comes from ``otel.genai_calls`` (``clickhouse/002_genai_calls.sql``): normalized before hashing
 (UUIDs, timestamps, timings, hex runs, ids that mix letters and digits, JSON key order, whitespace), 0 when unknown.
@@ -22,8 +23,8 @@ from typing import Any, Final
 from detector.core.models import Call
 
 __all__ = [
-    "EMPTY_REPLY", "ProgressStep", "STEP_FAILED_CALL", "STEP_REPLY", "STEP_TOOL", "asked_tool_step", "failed_call_step",
-    "has_content", "reply_step", "sized_tool_step", "tool_step",
+    "EMPTY_REPLY", "ProgressStep", "STEP_FAILED_CALL", "STEP_REPLY", "STEP_TOOL", "answered_tool_step",
+    "failed_call_step", "has_outcome", "reply_step", "tool_step",
 ]
 
 STEP_TOOL: Final = 0
@@ -96,14 +97,16 @@ def _failure(call: Call) -> int:
     return 0
 
 
-def has_content(tool: Call) -> bool:
-    """Whether an ``execute_tool`` span tells what it did or what came back (its step is made as it arrives)."""
-    return bool(tool.args_fp or tool.observation_fp or tool.is_error or tool.observation_shape_fp)
+def has_outcome(tool: Call) -> bool:
+    """Whether an ``execute_tool`` span tells what came back (its result, or a failure): its step is made as it
+    arrives. A span that does not (content capture off; an instrumentation that records the arguments only) is
+    completed by the next model call's new input (:func:`answered_tool_step`)."""
+    return bool(tool.observation_fp or tool.is_error or tool.observation_shape_fp)
 
 
 def tool_step(tool: Call, wait_ns: int = 0) -> ProgressStep:
-    """An ``execute_tool`` span that carries content or a failure (:func:`has_content`); ``wait_ns``: how long the
-    agent waited before the model call that asked for it."""
+    """An ``execute_tool`` span that tells what came back (:func:`has_outcome`); ``wait_ns``: how long the agent waited
+    before the model call that asked for it."""
     step = ProgressStep(STEP_TOOL, (tool.tool_name,), tool.args_fp, tool.args_simhash,
                         0 if tool.is_error else tool.observation_fp, 0 if tool.is_error else tool.observation_simhash,
                         tool.observation_chars, _failure(tool), -1, 0, wait_ns)
@@ -111,26 +114,31 @@ def tool_step(tool: Call, wait_ns: int = 0) -> ProgressStep:
     return step
 
 
-def sized_tool_step(tools: list[Call], call: Call, previous: Call | None) -> ProgressStep:
-    """Tools that ran without content, known by their names and by what they brought back into ``call``'s context."""
-    names = sorted([t.tool_name for t in tools])
-    return ProgressStep(STEP_TOOL, tuple(names), 0, 0, 0, 0, 0, 0, _added(call, previous),
-                        max(0, call.output_tokens))
-
-
-def asked_tool_step(previous: Call, call: Call) -> ProgressStep:
-    """No tool span ran: the tools ``previous`` asked for, with ``call``'s new input (their results) as what came
-    back."""
-    names = previous.out_tool_names
-    if len(names) == 1:
-        act = previous.out_tool_fps[0] if previous.out_tool_fps else 0
-        act_sim = previous.out_tool_arg_simhashes[0] if previous.out_tool_arg_simhashes else 0
+def answered_tool_step(tools: list[Call], previous: Call | None, call: Call) -> ProgressStep:
+    """Tools whose spans did not tell what came back (``tools``), or, without tool spans, the tools ``previous`` asked
+    for: what they did is their spans' arguments, else what ``previous`` asked for; what came back is ``call``'s new
+    input (the tool results in its last message). With content capture off, only their names and their sizes are
+    known."""
+    if tools:
+        ordered = sorted(tools, key=lambda t: t.tool_name)
+        names = tuple([t.tool_name for t in ordered])
+        fps = [t.args_fp for t in ordered]
+        sims = [t.args_simhash for t in ordered]
+    elif previous is not None:
+        order = sorted(range(len(previous.out_tool_names)), key=lambda i: previous.out_tool_names[i])
+        names = tuple([previous.out_tool_names[i] for i in order])
+        known = len(previous.out_tool_fps) == len(order)
+        fps = [previous.out_tool_fps[i] if known else 0 for i in order]
+        sims = [previous.out_tool_arg_simhashes[i] if len(previous.out_tool_arg_simhashes) == len(order) else 0
+                for i in order]
     else:
-        order = sorted(range(len(names)), key=lambda i: names[i])
-        names = tuple([names[i] for i in order])
-        fps = previous.out_tool_fps
-        act = _mix([fps[i] for i in order]) if len(fps) == len(order) else 0
-        act_sim = 0
+        names, fps, sims = _NO_NAMES, [], []
+    if len(fps) == 1:
+        act, act_sim = fps[0], sims[0]
+    else:
+        act, act_sim = _mix(fps), 0
+    if not act and previous is not None and len(previous.out_tool_fps) == len(names) == 1:
+        act, act_sim = previous.out_tool_fps[0], (previous.out_tool_arg_simhashes or (0,))[0]  # spans without args
     step = ProgressStep(STEP_TOOL, names, act, act_sim, call.observation_fp, call.observation_simhash,
                         call.observation_chars, _failure(call), _added(call, previous), max(0, call.output_tokens))
     step.pending = call.observation_pending
