@@ -158,9 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "false positives and detection delay, beside published baselines")
     ev.add_argument("--corpus", help=(
         "directory of scenario JSON files, or of recorded sessions (a manifest.json and OTLP/JSON files, as "
-        "detector/evaluation/recordings); default: the built-in generated corpus"))
+        "the repository's recordings/); default: the built-in generated corpus"))
     ev.add_argument("--recorded", action="store_true",
-                    help="evaluate the recorded corpus installed with the package (real frameworks' spans)")
+                    help="evaluate the recorded corpus (real frameworks' spans): the repository's recordings/ when "
+                         "run from a checkout, else --recordings DIR or $LOOP_DETECTOR_RECORDINGS")
+    ev.add_argument("--recordings", metavar="DIR", help="evaluate the recorded corpus in DIR (implies --recorded)")
     ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
     ev.add_argument("--json", help="also write the results as JSON to this file")
     ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")

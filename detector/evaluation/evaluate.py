@@ -910,7 +910,7 @@ def run_cli(args: Any) -> int:
     label = LOOP_DETECTOR if not args.config else f"{LOOP_DETECTOR} ({Path(args.config).name})"
     metrics = run_eval(scenarios, config, config_label=label, blocking_pass=not args.no_blocking_pass,
                        progress=not args.quiet)
-    source = ("recorded (detector/evaluation/recordings)" if getattr(args, "recorded", False) else args.corpus) or \
+    source = (f"recorded ({recorded_dir})" if recorded_dir is not None else args.corpus) or \
         f"built-in (seed {seed}, {variants} per family)"
     metrics["corpus"] = {"source": source,
                          "runs": len(scenarios), "loop_runs": sum(s.label == "loop" for s in scenarios),
@@ -930,12 +930,12 @@ def run_cli(args: Any) -> int:
 
 
 def _recorded_dir(args: Any) -> Path | None:
-    """The recorded corpus to evaluate: ``--recorded`` (the one installed with the package), or ``--corpus DIR``
-    when DIR holds a ``manifest.json`` (recordings, rather than scenario files)."""
+    """The recorded corpus to evaluate: ``--recorded`` (the repository's ``recordings/``, or ``--recordings DIR``),
+    or ``--corpus DIR`` when DIR holds a ``manifest.json`` (recordings, rather than scenario files)."""
     from detector.evaluation.recorded import recordings_dir
 
-    if getattr(args, "recorded", False):
-        return recordings_dir()
+    if getattr(args, "recorded", False) or getattr(args, "recordings", None):
+        return recordings_dir(getattr(args, "recordings", None))
     if args.corpus and (Path(args.corpus) / "manifest.json").is_file():
         return Path(args.corpus)
     return None
