@@ -23,6 +23,7 @@ import pytest
 import yaml
 from support import collector_config
 
+from detector import native
 from detector.cli.main import build_parser
 from detector.ingest.logs import LOGS_COLUMNS
 from detector.storage.schema import SQL_DIR_ENV, apply_schema
@@ -325,23 +326,24 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def test_dockerfile_builds_the_compiled_wheel_then_installs_it_slim():
+def test_dockerfile_builds_the_compiled_wheel_with_its_ddl_then_installs_it_slim():
     instructions = dockerfile_instructions()
     stages = [i for i, (kw, _) in enumerate(instructions) if kw == "FROM"]
     assert [instructions[i][1] for i in stages] == ["python:3.11 AS build", "python:3.11-slim"]
     build, final = instructions[stages[0]:stages[1]], instructions[stages[1]:]
-    # the build stage has a C compiler: setup.py compiles the detection core into the wheel
+    # the build stage has a C compiler: setup.py compiles the detection core into the wheel (asked for: a build
+    # that cannot compile fails), and ships the DDL and the SDK inside it
     build_sources = {source for kw, rest in build if kw == "COPY" for source in shlex.split(rest)[:-1]}
-    assert {"pyproject.toml", "setup.py", "detector"} <= build_sources
-    assert any("pip wheel" in rest and "/wheels" in rest for kw, rest in build if kw == "RUN")
-    # the runtime stage installs that wheel, and ships the DDL
+    assert {"pyproject.toml", "setup.py", "detector", "clickhouse", "sdk/python"} <= build_sources
+    assert any(f"{native.COMPILE_ENV}=1 pip wheel" in rest and "/wheels" in rest for kw, rest in build if kw == "RUN")
+    # the runtime stage installs that wheel, which finds its DDL inside the package: no copy, no variable
     assert ("COPY", "--from=build /wheels /wheels") in final
     assert any(re.search(r"pip install -c constraints\.txt /wheels/", rest) for kw, rest in final if kw == "RUN")
     assert ("COPY", "constraints.txt ./") in final
-    assert any(rest.split()[0] == "clickhouse" for kw, rest in final if kw == "COPY")
+    assert not any(rest.split()[0] == "clickhouse" for kw, rest in final if kw == "COPY")
     instructions = final
     env = " ".join(rest for kw, rest in instructions if kw == "ENV")
-    assert f"{SQL_DIR_ENV}=" in env
+    assert SQL_DIR_ENV not in env
     cmd = json.loads(next(rest for kw, rest in instructions if kw == "CMD"))
     assert cmd[0] == "loop-detector"
     args = build_parser().parse_args(cmd[1:])  # the real CLI accepts it
