@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import httpx
 
-from detector.evaluation.simulate import Step, ToolCall, emit_step, otlp_tracer, start_run, wait_for_detector
+from detector.evaluation.simulate import SimulatedStep, ToolCall, emit_step, otlp_tracer, start_run, wait_for_detector
 from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_INJECT, ACTION_THROTTLE, ACTION_WARN
 
 __all__ = ["COLORS", "DEFAULT_API", "DEFAULT_OTLP", "HEALTHY_TOOLS", "LEGEND", "healthy_step", "looping_step",
@@ -33,18 +33,19 @@ HEALTHY_TOOLS = [
 ]
 
 
-def looping_step(i: int) -> Step:
-    return Step(user_text="" if i else "Fix the failing build.",
-                output_text="Let me read the config file to find the problem.",
-                tools=[ToolCall("read_file", {"path": "config.yaml"})],
-                input_tokens=1200 + 180 * i, output_tokens=42)
+def looping_step(i: int) -> SimulatedStep:
+    return SimulatedStep(user_text="" if i else "Fix the failing build.",
+                         output_text="Let me read the config file to find the problem.",
+                         tools=[ToolCall("read_file", {"path": "config.yaml"})],
+                         input_tokens=1200 + 180 * i, output_tokens=42)
 
 
-def healthy_step(i: int) -> Step:
+def healthy_step(i: int) -> SimulatedStep:
     name, args = HEALTHY_TOOLS[i % len(HEALTHY_TOOLS)]
-    return Step(user_text="" if i else "Add a --verbose flag to the CLI.",
-                output_text=f"Step {i + 1}: using {name} to make progress on {args or 'the change'}.",
-                tools=[ToolCall(name, dict(args))], input_tokens=900 + 150 * i, output_tokens=80 + (i * 37) % 90)
+    return SimulatedStep(user_text="" if i else "Add a --verbose flag to the CLI.",
+                         output_text=f"Step {i + 1}: using {name} to make progress on {args or 'the change'}.",
+                         tools=[ToolCall(name, dict(args))], input_tokens=900 + 150 * i,
+                         output_tokens=80 + (i * 37) % 90)
 
 
 DEFAULT_API = "http://127.0.0.1:8080"

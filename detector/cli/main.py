@@ -22,7 +22,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     (bound now, nothing written yet), then the data directory (locked), then the store. Each refusal is one line."""
     from detector.service.data_dir import DataDirInUse, DataDirLock
     from detector.service.listeners import ListenError, open_listeners
-    from detector.service.logs import configure_logging
+    from detector.service.log_output import configure_logging
     from detector.service.process import Endpoints, Service
     from detector.storage.transport import StoreError
 

@@ -43,7 +43,7 @@ from detector.service.cycle_loop import CycleLoop
 from detector.service.data_dir import private_directory
 from detector.service.http_server import Server, make_server
 from detector.service.listeners import OTLP_GRPC, ListenError, Listeners, open_listeners
-from detector.service.logs import TransitionLogger
+from detector.service.log_output import TransitionLogger
 from detector.service.memory import estimate_bytes
 from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
