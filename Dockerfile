@@ -40,4 +40,5 @@ WORKDIR /data
 # 8080: decisions / admin / metrics API; 4318 and 4317: the embedded OTLP/HTTP and OTLP/gRPC receivers.
 EXPOSE 8080 4318 4317
 
-CMD ["loop-detector", "serve", "--host", "0.0.0.0"]
+# The data directory is the volume itself: tokens created at first start are /data/api-token and /data/admin-token.
+CMD ["loop-detector", "serve", "--host", "0.0.0.0", "--data-dir", "/data"]

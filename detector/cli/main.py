@@ -1,4 +1,4 @@
-"""The ``loop-detector`` command line: serve, demo, check-config, and the operator commands."""
+"""The ``loop-detector`` command line: serve, demo, check-config, apply-schema, and the operator commands."""
 
 from __future__ import annotations
 
@@ -86,6 +86,33 @@ def _refuse(reason: str) -> int:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _cmd_apply_schema(args: argparse.Namespace) -> int:
+    """The DDL applied once, by a deployment's init job, before the collector writes and the detectors start (each
+    ``serve`` applies it too: idempotent, so whichever comes first creates, and the rest find it current)."""
+    from detector.storage.schema import apply_schema
+    from detector.storage.transport import CLICKHOUSE_URL_ENV, StoreError, open_store, redact_url
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"invalid configuration\n{exc}", file=sys.stderr)
+        return 2
+    url = config.store.url or os.environ.get(CLICKHOUSE_URL_ENV)
+    where = f"ClickHouse at {redact_url(url)}" if url else f"the embedded store in {args.data_dir}"
+    try:
+        store = open_store(args.data_dir, url)
+        try:
+            count = apply_schema(store, cluster=config.store.cluster)
+        finally:
+            store.close()
+    except StoreError as exc:
+        print(f"cannot apply the schema: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    cluster = f" (cluster {config.store.cluster})" if config.store.cluster else ""
+    print(f"schema applied to {where}{cluster}: {count} statements, every one idempotent")
+    return 0
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
@@ -195,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     check.add_argument("--preset", choices=PRESETS, help="validate the file over this preset (as serve --preset)")
     check.set_defaults(func=_cmd_check_config)
+
+    schema = sub.add_parser("apply-schema", help="create or upgrade the tables, views and columns in the store "
+                            "(a deployment's init job; serve does it too at start)")
+    schema.add_argument("--config", help="YAML config file: store.url, store.cluster (default: "
+                        "$LOOP_DETECTOR_CLICKHOUSE_URL, else the embedded store)")
+    schema.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="the embedded store, when no URL is set "
+                        "(default %(default)s)")
+    schema.set_defaults(func=_cmd_apply_schema)
 
     demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")
     demo.add_argument("--endpoint", help="API of a running service (default: start one in-process)")

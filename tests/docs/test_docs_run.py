@@ -329,3 +329,22 @@ def test_block_runs(block, pages):
         assert text in printed, f"{block.id}: expected {text!r} in:\n{printed[-4000:]}"
     for pattern in block.values("expect-re"):
         assert re.search(pattern, printed), f"{block.id}: expected /{pattern}/ in:\n{printed[-4000:]}"
+
+
+def test_the_example_agent_against_a_service_that_requires_the_api_token(tmp_path):
+    """docs/scaling.md's last step: the README's example agent against the compose stack's loop-detector, whose API
+    requires the token (it listens beyond loopback in its container), given in the environment as the page says."""
+    token = uuid.uuid4().hex * 2
+    config = tmp_path / "config.yaml"
+    config.write_text("api: {require_api_token: always}\n")
+    env = {**os.environ, "LOOP_DETECTOR_API_TOKEN": token}
+    with ServeProcess(tmp_path / "data", config, env=env) as proc:
+        assert httpx.get(f"{proc.api}/v1/decision", params={"session_id": "s"}, timeout=10).status_code == 401
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / "openai_agent.py"), "--steps", "3",
+                               "--loop-detector", proc.api, "--otlp", proc.otlp], env=env, capture_output=True,
+                              text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len([line for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]) == 3, done.stdout
+    scaling = (ROOT / "docs" / "scaling.md").read_text()
+    assert "examples/openai_agent.py --loop-detector http://127.0.0.1:8080 --otlp http://127.0.0.1:4318" in scaling
+    assert 'export LOOP_DETECTOR_API_TOKEN="$(' in scaling
