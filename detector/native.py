@@ -98,7 +98,7 @@ def install(package_dir: Path = _PACKAGE_DIR) -> str:
             return _status
         _status = f"pure: {', '.join(stale)} changed since the build"
         warnings.warn(f"loop-detector: the compiled detection core is older than its source ({', '.join(stale)});"
-                      " running the Python source (rebuild: pip install -e .)", RuntimeWarning, stacklevel=2)
+                      " running the Python source (rebuild: LOOP_DETECTOR_COMPILE=1 pip install -e .)", RuntimeWarning, stacklevel=2)
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder(package_dir))
     return _status
