@@ -50,6 +50,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         listeners.close()
         lock.release()
         return _refuse(_first_line(exc))
+    except PermissionError as exc:  # a data directory this user cannot write
+        listeners.close()
+        lock.release()
+        return _refuse(f"cannot use the data directory {args.data_dir}: {exc.strerror} ({exc.filename}): choose "
+                       "another with --data-dir")
     except ConfigError as exc:
         listeners.close()
         lock.release()
