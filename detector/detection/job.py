@@ -42,9 +42,7 @@ from detector.storage.tables import decision_table, event_table, score_table, st
 from detector.storage.transport import Store, insert_rows
 
 __all__ = [
-    "CycleStats", "DELETE_ALL_STATES", "DELETE_CHUNK", "DELETE_STORED", "DetectorJob", "RESET_ALL_DECISIONS",
-    "SELECT_DECISIONS", "SELECT_META", "SELECT_NEW_CALLS", "SELECT_NOW_US", "SELECT_SESSION_TRACES", "SELECT_STATES",
-    "OVER_CAPACITY", "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
+    "CycleStats", "DELETE_CHUNK", "DetectorJob", "OVER_CAPACITY", "UNSAVED_MERGE_AT", "Versioner",
 ]
 
 log = logging.getLogger("loop_detector.detector")

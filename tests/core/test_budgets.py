@@ -144,9 +144,9 @@ def test_budgets_end_to_end_with_restart(tmp_path):
     config = make_config(prices=prices, budgets=budgets, rules=[])
     session, key = uid("b"), uid("vk")
     from detector.cli.demo import healthy_step
-    from detector.evaluation.simulate import Step
+    from detector.evaluation.simulate import SimulatedStep
 
-    def step(i: int) -> Step:
+    def step(i: int) -> SimulatedStep:
         s = healthy_step(i)
         s.input_tokens, s.output_tokens = 500, 0
         return s

@@ -1,5 +1,5 @@
-"""The recorded corpus (real frameworks' own instrumentation, detector/evaluation/recordings): installed with the
-package, parsed and batched as its apps exported it, and a bounded subset replayed through the real pipeline (OTLP/HTTP
+"""The recorded corpus (real frameworks' own instrumentation, the repository's recordings/): found from a checkout or
+where --recordings points (never from the installed package), parsed and batched as its apps exported it, and a bounded subset replayed through the real pipeline (OTLP/HTTP
 receiver -> chDB -> detector -> GET /v1/decision by session and trace after every LLM call) with both presets."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from detector.cli.main import main
 from detector.evaluation.evaluate import LOOP_DETECTOR, LOOP_DETECTOR_PROTECT, run_eval
-from detector.evaluation.recorded import load_recordings, recordings_dir
+from detector.evaluation.recorded import RECORDINGS_ENV, load_recordings, recordings_dir
 
 # one of each kind, as few calls as will do: loops with exact evidence (content on; an error with fresh ids,
 # content off; a run restarted in new traces) and honest look-alikes (a fixed-interval poll, openai-v2's default
@@ -25,7 +25,7 @@ SUBSET = [
 ]
 
 
-def test_the_recordings_are_installed_and_labelled():
+def test_the_recordings_are_found_and_labelled():
     manifest = json.loads((recordings_dir() / "manifest.json").read_text())
     recordings = load_recordings()
     assert len(recordings) == len(manifest["recordings"]) >= 90
@@ -83,3 +83,22 @@ def test_eval_cli_replays_recordings(tmp_path, capsys):
     assert "recorded" in printed and "By configuration and content mode".upper() in printed
     metrics = json.loads(out.read_text())
     assert metrics["corpus"]["runs"] == 3 and metrics["overall"][LOOP_DETECTOR]["fp_warn"] == 0
+
+
+def test_recordings_elsewhere_are_read_from_the_flag_and_a_missing_corpus_is_one_line(tmp_path, capsys, monkeypatch):
+    """Installed from the wheel, the corpus is not there: the eval says where it looked and how to point at it."""
+    subset = tmp_path / "corpus"
+    (subset / "otlp").mkdir(parents=True)
+    manifest = json.loads((recordings_dir() / "manifest.json").read_text())
+    kept = [e for e in manifest["recordings"] if e["family"] == "retry_once_succeeds"][:1]
+    for entry in kept:
+        (subset / entry["file"]).write_bytes((recordings_dir() / entry["file"]).read_bytes())
+    (subset / "manifest.json").write_text(json.dumps({**manifest, "recordings": kept}))
+    assert main(["eval", "--recordings", str(subset), "--no-blocking-pass", "--quiet"]) == 0
+    assert f"recorded ({subset})" in capsys.readouterr().out
+
+    monkeypatch.setenv(RECORDINGS_ENV, str(tmp_path / "nowhere"))
+    assert main(["eval", "--recorded", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert str(tmp_path / "nowhere") in err and "--recordings DIR" in err

@@ -7,7 +7,7 @@ the agent it already used that tool with that input). Here: a tool call with the
 
 from __future__ import annotations
 
-from detector.evaluation.baselines.step import Step
+from detector.evaluation.baselines.stored_call import StoredCall
 
 __all__ = ["CrewAiRepeatedUsage"]
 
@@ -20,7 +20,7 @@ class CrewAiRepeatedUsage:
     def __init__(self) -> None:
         self._last = 0
 
-    def observe(self, step: Step) -> bool:
+    def observe(self, step: StoredCall) -> bool:
         fired = False
         for tool in step.tools:
             fired = fired or bool(tool.fp and tool.fp == self._last)

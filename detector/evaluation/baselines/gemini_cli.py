@@ -7,7 +7,7 @@ stored ``tool_fp`` (tool name + canonical argument values), call after call.
 
 from __future__ import annotations
 
-from detector.evaluation.baselines.step import Step
+from detector.evaluation.baselines.stored_call import StoredCall
 
 __all__ = ["GeminiCliToolLoop"]
 
@@ -22,7 +22,7 @@ class GeminiCliToolLoop:
         self._last = 0
         self._count = 0
 
-    def observe(self, step: Step) -> bool:
+    def observe(self, step: StoredCall) -> bool:
         fired = False
         for tool in step.tools:
             if tool.fp and tool.fp == self._last:
