@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detector import native  # noqa: E402
 from detector.core.engine import Engine, span_order  # noqa: E402
 from detector.core.models import Call  # noqa: E402
-from detector.detection.tuning import engine_tuning  # noqa: E402
+from detector.detection.engine_config import engine_tuning  # noqa: E402
 from detector.settings.config import AppConfig  # noqa: E402
 
 T0 = 1_780_000_000 * 10**9

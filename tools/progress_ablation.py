@@ -31,7 +31,7 @@ from detector.core import progress, scope_scoring  # noqa: E402
 from detector.core.decisions import strongest  # noqa: E402
 from detector.core.engine import Engine  # noqa: E402
 from detector.core.models import Call  # noqa: E402
-from detector.detection.tuning import engine_tuning  # noqa: E402
+from detector.detection.engine_config import engine_tuning  # noqa: E402
 from detector.settings.config import AppConfig  # noqa: E402
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE  # noqa: E402
 from detector.storage.call_rows import CALL_COLUMNS  # noqa: E402

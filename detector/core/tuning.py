@@ -1,7 +1,7 @@
 """The numbers and names the engine works with, as plain values.
 
 No I/O, no pydantic. The configuration file is validated by ``detector.settings`` (pydantic models); the shell
-compiles it into these records once per configuration (``detector.detection.tuning.engine_tuning``), so that the core
+compiles it into these records once per configuration (``detector.detection.engine_config.engine_tuning``), so that the core
 reads plain attributes call after call and never sees a configuration model.
 """
 

@@ -30,8 +30,8 @@ from detector.core.decisions import Decision, DecisionBook
 from detector.core.engine import CycleOutput, Engine
 from detector.core.models import Call
 from detector.core.scope_state import ScopeState
+from detector.detection.engine_config import engine_tuning
 from detector.detection.gc_policy import CollectorPolicy
-from detector.detection.tuning import engine_tuning
 from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
 from detector.storage.budget_totals import load_totals, save_totals

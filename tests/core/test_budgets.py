@@ -18,7 +18,7 @@ from support.engines import make_engine
 from detector.core.budgets import BudgetTracker, period_end_us, period_key
 from detector.core.models import Call
 from detector.core.tuning import BudgetSpec
-from detector.detection.tuning import budget_specs, engine_tuning
+from detector.detection.engine_config import budget_specs, engine_tuning
 from detector.service.process import running_service
 from detector.settings.config import Budget, parse_config
 from detector.storage.budget_totals import load_totals

@@ -14,7 +14,7 @@ from detector.core.engine import Engine
 from detector.core.models import Call
 from detector.core.publishing import round_unit
 from detector.core.scope_state import ScopeState
-from detector.detection.tuning import engine_tuning
+from detector.detection.engine_config import engine_tuning
 from detector.settings.config import AppConfig, Rule, parse_config
 
 

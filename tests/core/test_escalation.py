@@ -12,7 +12,7 @@ from detector.core.escalation import (
     Transition,
     break_instruction,
 )
-from detector.detection.tuning import scoring_tuning
+from detector.detection.engine_config import scoring_tuning
 from detector.settings.config import AppConfig, LoopDetectionConfig, merge_loop_detection
 
 CFG = AppConfig().loop_detection

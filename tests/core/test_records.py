@@ -104,7 +104,7 @@ def test_score_columns_hold_one_list_per_score_row_field():
 
 
 def test_no_core_module_imports_a_configuration_model():
-    """The core is handed plain tuning values (detector/detection/tuning.py compiles them): none of its modules
+    """The core is handed plain tuning values (detector/detection/engine_config.py compiles them): none of its modules
     imports pydantic or the configuration models, directly."""
     import ast
     from pathlib import Path

@@ -13,7 +13,7 @@ from detector.core.models import Call, Turn
 from detector.core.rules import FailureStreak, VelocityState, cap_reached, failure_kind, find_repeat
 from detector.core.tuning import VelocityTuning
 from detector.core.turn_view import turn_view
-from detector.detection.tuning import velocity_tuning
+from detector.detection.engine_config import velocity_tuning
 from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams, TraceCapParams, VelocityParams
 
 # The rules as the engine and the pre-flight check call them, from a rule's parameter model.

@@ -51,7 +51,7 @@ def random_stream(seed: int) -> list:
 def engine_digest(seed: int) -> str:
     """Everything the engine produced for a random stream, in cycles, as exact JSON (floats by repr)."""
     from detector.core.engine import Engine
-    from detector.detection.tuning import engine_tuning
+    from detector.detection.engine_config import engine_tuning
     from detector.settings.config import parse_config
 
     config = parse_config({

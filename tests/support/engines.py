@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from detector.core.engine import Engine
-from detector.detection.tuning import engine_tuning
+from detector.detection.engine_config import engine_tuning
 from detector.settings.config import AppConfig
 
 
