@@ -168,11 +168,16 @@ def same_reply(a: ProgressStep, b: ProgressStep) -> int:
 
 
 def same_sizes(a: ProgressStep, b: ProgressStep) -> int:
-    """Content capture off (either step unknown): the same tools bringing back the same amount to the token, answered at
-    the same length; the same reply length to the same amount of new input, or to the same request sent again
-    (``SIZES``). Only the same shape is ``STRUCTURE``, which never counts as wasted."""
-    if a.known and b.known or a.kind == STEP_FAILED_CALL or a.names != b.names:
+    """What came back is not known (content capture off: the result is not recorded, though the arguments may be):
+    the same tools (with the same arguments, when they are known) bringing back the same amount to the token,
+    answered at the same length; the same reply length to the same amount of new input, or to the same request sent
+    again (``SIZES``). Only the same shape is ``STRUCTURE``, which never counts as wasted."""
+    if a.kind == STEP_FAILED_CALL or a.names != b.names:
         return NONE
+    if a.outcome_known and b.outcome_known:
+        return NONE  # the rules above compared what came back
+    if a.act and b.act and a.act != b.act and (a.act_sim == 0 or a.act_sim != b.act_sim):
+        return NONE  # another action, the arguments say so
     return _sizes(a, b)
 
 

@@ -71,6 +71,11 @@ class ProgressStep:
         self.pending = False  # what came back says the work is still in progress (a status of running, queued...)
 
     @property
+    def outcome_known(self) -> bool:
+        """Content tells what came back (a result, a reply, or a failure)."""
+        return bool(self.obs or self.failure) if self.kind != STEP_REPLY else bool(self.act)
+
+    @property
     def known(self) -> bool:
         """Content tells what the step did or what came back (else only its sizes are known)."""
         return bool(self.act or self.obs or self.failure)
