@@ -105,14 +105,16 @@ def in_span_order(calls: list[Call]) -> bool:
 
 def call_steps(call: Call, tools: list[Call], previous: Call | None) -> list[ProgressStep]:
     """The steps a model call completes: its own failure; the tool runs since the session's previous call whose spans
-    did not tell what came back (or, without tool spans, the tools that call asked for): their results are in this
-    call's new input; and its reply, when it asked for no tool. (Tool spans that told what came back made their steps
+    did not tell what came back (or, without tool spans, the tools that call asked for: by name, or only by its finish
+    reason with content capture off): their results are in this call's new input; and its reply, when it asked for no tool. (Tool spans that told what came back made their steps
     as they arrived.)"""
     if call.is_error:
         return [failed_call_step(call)]
     steps = []
     open_tools = [t for t in tools if not has_outcome(t)]
-    if open_tools or (not tools and previous is not None and previous.out_tool_names):
+    asked = previous is not None and (bool(previous.out_tool_names)
+                                      or not _TOOL_FINISHES.isdisjoint(previous.finish_reasons))
+    if open_tools or (not tools and asked):
         steps.append(answered_tool_step(open_tools, previous, call))
     if not call.out_tool_names and _TOOL_FINISHES.isdisjoint(call.finish_reasons):
         steps.append(reply_step(call, previous))
