@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from detector.core.budgets import BudgetTracker
 from detector.core.decisions import Decision
+from detector.core.escalation import LEVEL_RANK
 from detector.core.models import Call, Turn
 from detector.core.pricing import PriceBook
 from detector.core.progress import FUZZY
@@ -56,6 +57,7 @@ from detector.core.turn_view import turn_view
 from detector.settings.vocabulary import (
     DETECTOR_NO_PROGRESS,
     DETECTOR_VELOCITY,
+    LEVEL_THROTTLE,
     SCOPE_KEY,
     SCOPE_SESSION,
     SCOPE_TRACE,
@@ -65,6 +67,7 @@ from detector.settings.vocabulary import (
 __all__ = ["CycleOutput", "Engine", "in_span_order", "span_order"]
 
 _NO_ERRORS: Final[frozenset[int]] = frozenset()
+_THROTTLE: Final = LEVEL_RANK[LEVEL_THROTTLE]
 _TOOL_FINISHES: Final = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
 _OUTPUT_MARKS = itertools.count(1)
 
@@ -245,6 +248,9 @@ class Engine:
         trace.pending_tools = []
         previous = session.history[-1].call if session.history else None
         session.wait_ns = idle_wait(call, previous, session.pending_tools)
+        if max(session.escalation.level, trace.escalation.level) == _THROTTLE:
+            # the SDK slept the throttle delay before this call: the detector's own delay, not the agent waiting
+            session.wait_ns = max(0, session.wait_ns - int(tuning.throttle_delay_seconds * 1e9))
         if tuning.progress:
             for step in call_steps(call, session.pending_tools, previous):
                 step.wait_ns = session.wait_ns

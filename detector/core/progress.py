@@ -61,9 +61,10 @@ SUBSTANCE_CHARS: Final = 64
 SIZES_REPLY_SLACK: Final = 2
 
 # Backoff: an agent that waits longer and longer between the same steps (2 s, 4 s, 8 s) is waiting for the world, not
-# looping. Its idle waits (between a result and the next model call: never the model's or a tool's own time) grew by
-# this factor twice in a row, the latest of at least BACKOFF_MIN_WAIT_NS. A constant wait (a fixed poll interval, a
-# throttle delay) is no evidence either way.
+# looping. Its idle waits (between a result and the next model call: never the model's or a tool's own time, nor the
+# detector's own throttle delay) grew by this factor twice in a row, from at least BACKOFF_MIN_WAIT_NS: waits of a
+# fraction of a second jitter (an SDK waiting for a detection cycle) and prove nothing. A constant wait (a fixed poll
+# interval) is no evidence either way.
 BACKOFF_RATIO: Final = 1.5
 BACKOFF_MIN_WAIT_NS: Final = 1_000_000_000
 
@@ -200,14 +201,13 @@ def match(a: ProgressStep, b: ProgressStep) -> int:
 
 
 def backing_off(steps: list[ProgressStep]) -> bool:
-    """Whether the waits before the last three steps grew by ``BACKOFF_RATIO`` twice (the latest at least
-    ``BACKOFF_MIN_WAIT_NS``)."""
+    """Whether the waits before the last three steps grew by ``BACKOFF_RATIO`` twice, from at least
+    ``BACKOFF_MIN_WAIT_NS``."""
     n = len(steps)
     if n < 3:
         return False
     first, second, third = steps[n - 3].wait_ns, steps[n - 2].wait_ns, steps[n - 1].wait_ns
-    return (third >= BACKOFF_MIN_WAIT_NS and second > 0 and second >= BACKOFF_RATIO * first
-            and third >= BACKOFF_RATIO * second)
+    return first >= BACKOFF_MIN_WAIT_NS and second >= BACKOFF_RATIO * first and third >= BACKOFF_RATIO * second
 
 
 class ProgressMemory:

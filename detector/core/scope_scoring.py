@@ -4,7 +4,8 @@ No I/O. The seven signals (``detector.core.window``) measure how the call repeat
 progress memory (``detector.core.progress``) says whether the scope is in a loop. A call's raw confidence is:
 
 - 0 outside a loop: after progress, or one or two wasted steps (a re-read, a retry);
-- in a loop, what the repetition signals say, and at least the floor of the loop's latest evidence (exact, fuzzy).
+- in a loop, what the repetition signals say, and at least the floor of the loop's latest evidence (exact; fuzzy,
+  sizes as fuzzy).
   The rates (token and cost velocity) are left out: how fast a model answers is not evidence (they stay in the
   record, and the velocity circuit breaker reads rates on its own).
 
@@ -19,7 +20,7 @@ from typing import Any, Final
 
 from detector.core.escalation import LEVEL_ACTION, LEVELS, break_instruction
 from detector.core.models import Call, Turn
-from detector.core.progress import EVIDENCE_NAMES, EXACT, FUZZY, RUN_TO_WARN, SIZES
+from detector.core.progress import EVIDENCE_NAMES, EXACT, RUN_TO_WARN, SIZES
 from detector.core.scope_state import ScopeState
 from detector.core.score_rows import ScoreColumns
 from detector.core.scoring import confidence_and_dominant, ema
@@ -84,11 +85,12 @@ def final_answer(call: Call, history: Sequence[Turn]) -> bool:
 
 def loop_confidence(raw: float, values: SignalValues, run: int, level: int, tuning: ScoringTuning) -> float:
     """The raw confidence after progress (see the module docstring): 0 outside a loop; in a loop, the repetition
-    signals without the rates, at least the floor of the latest step's evidence."""
+    signals without the rates, at least the floor of the latest step's evidence (the signals discount a backoff they
+    read in the waits; the floor does not move with timing)."""
     if run < RUN_TO_WARN:
         return 0.0  # progress, or a wasted step or two that do not make a loop
     repeated = raw - tuning.w_token_velocity * values[_TOKEN_VELOCITY] - tuning.w_cost_velocity * values[_COST_VELOCITY]
-    floor = tuning.exact_floor if level == EXACT else tuning.fuzzy_floor if level == FUZZY else 0.0
+    floor = tuning.exact_floor if level == EXACT else tuning.fuzzy_floor  # sizes: as fuzzy
     return repeated if repeated > floor else floor
 
 

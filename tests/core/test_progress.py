@@ -121,6 +121,8 @@ def test_waits_that_grow_are_backoff_and_a_constant_wait_is_no_evidence():
     backoff = ProgressMemory()
     levels = [backoff.observe(tool(act=1, obs=10, wait=int(w * 10**9))) for w in (0.3, 1, 2, 4, 8)]
     assert levels[-2:] == [NONE, NONE] and backoff.flag == NONE
+    jitter = ProgressMemory()  # a fraction of a second that happens to grow: no evidence
+    assert [jitter.observe(tool(act=1, obs=10, wait=int(w * 10**9))) for w in (0.2, 0.3, 0.6, 1.1)][-1] == EXACT
     steady = ProgressMemory()
     for _ in range(5):
         steady.observe(tool(act=1, obs=10, wait=2 * 10**9))

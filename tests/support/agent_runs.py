@@ -34,6 +34,7 @@ class Timing:
     gap_s: float = 0.3
     throttle_from: int | None = None
     throttle_s: float = 2.0
+    gaps: tuple[float, ...] = ()  # when given, the idle time before step k is gaps[k % len(gaps)]
 
 
 TIMINGS: dict[str, Timing] = {
@@ -43,6 +44,8 @@ TIMINGS: dict[str, Timing] = {
     "tools of 5 s": Timing(tool_s=5.0),
     "a person's second between calls": Timing(gap_s=1.2),
     "a throttle delay from the 4th step": Timing(throttle_from=3),
+    # waits that happen to grow just before the detector's throttle starts (an SDK waiting for the detector's cycle)
+    "jittery waits, then a throttle delay": Timing(gaps=(0.2, 0.5, 0.9, 0.3, 0.6, 1.1, 0.4), throttle_from=6),
 }
 
 
@@ -62,7 +65,8 @@ def agent_run(steps: list[dict[str, Any]], *, layout: Layout = "root", timing: T
     for k, step in enumerate(steps):
         step = dict(step)
         trace = {"trace_per_step": f"t{k}", "many_traces": f"t{k // 4}"}.get(layout, "t1")
-        t += timing.gap_s + (timing.throttle_s if timing.throttle_from is not None and k >= timing.throttle_from else 0)
+        gap = timing.gaps[k % len(timing.gaps)] if timing.gaps else timing.gap_s
+        t += gap + (timing.throttle_s if timing.throttle_from is not None and k >= timing.throttle_from else 0)
         named = layout not in ("no_session", "session_named_last")
         if "reply" in step:
             llm = agent_llm(k, trace=trace, session=session if named else trace, t0=t0, at=t, duration=timing.model_s,
