@@ -15,6 +15,7 @@ from detector.core.decisions import REASON_LOOP, Decision, strongest
 from detector.core.escalation import LEVEL_ACTION
 from detector.core.progress import EVIDENCE_NAMES
 from detector.core.scope_state import NO_TRIPS, ScopeState
+from detector.core.steps import STEP_TOOL, ProgressStep
 from detector.core.tuning import ScoringTuning
 from detector.settings.vocabulary import (
     ACTION_ALLOW,
@@ -31,7 +32,7 @@ from detector.settings.vocabulary import (
     RULE_BLOCK,
 )
 
-__all__ = ["DecisionKey", "TripKey", "changed_decisions", "decision_for", "round_unit"]
+__all__ = ["DecisionKey", "TripKey", "changed_decisions", "decision_for", "repeated_signal", "round_unit"]
 
 
 class TripKey(NamedTuple):
@@ -75,6 +76,14 @@ def round_unit(x: float, digits: int) -> float:
     return (floor_y + 1.0 if off_half > 0.0 else floor_y) / scale
 
 
+def repeated_signal(step: ProgressStep) -> str:
+    """The signal an early warning names when no score has named one yet (its run was found as tool results came
+    back, after the call was scored): the kind of step the run repeats."""
+    if step.failure:
+        return "error_cycling"
+    return "tool_call_repetition" if step.kind == STEP_TOOL else "content_similarity"
+
+
 def decision_for(st: ScopeState, tuning: ScoringTuning, confidence: float = -1.0, now_us: int = -1) -> Decision:
     """The scope's decision. ``tuning``: its virtual key's; ``confidence``: ``round(st.confidence, 6)`` when the
     caller has it already; ``now_us``: when it is made (-1: unknown; a cycle passes its own time)."""
@@ -84,12 +93,15 @@ def decision_for(st: ScopeState, tuning: ScoringTuning, confidence: float = -1.0
     detector = DETECTOR_CONFIDENCE if action != ACTION_ALLOW else DETECTOR_NONE
     evidence = st.evidence if action != ACTION_ALLOW else EVIDENCE_NONE
     flag = st.progress.flag
+    dominant = st.dominant
     if flag and action == ACTION_ALLOW and tuning.early_warning:
         # the early warning: a loop of wasted steps, whatever the score
         action, detector, evidence = ACTION_WARN, DETECTOR_NO_PROGRESS, EVIDENCE_NAMES[flag]
+        if dominant == DETECTOR_NONE:
+            dominant = repeated_signal(st.progress.steps[-1])
     base = Decision(
         scope=st.scope, scope_id=st.scope_id, session_id=st.session_id, action=action, level=st.level,
-        confidence=confidence, dominant_signal=st.dominant, detector=detector,
+        confidence=confidence, dominant_signal=dominant, detector=detector,
         reason=REASON_LOOP if action == ACTION_BLOCK else "",
         delay_seconds=tuning.throttle_delay_seconds if action == ACTION_THROTTLE else 0.0,
         instruction=st.instruction if action == ACTION_INJECT else "", updated_us=now_us, evidence=evidence,

@@ -42,6 +42,20 @@ def test_decisions_carry_the_evidence_and_allow_says_none():
     assert all(d.evidence == "none" for d in calm)
 
 
+def test_every_decision_that_leaves_allow_names_the_signal_it_rests_on():
+    # call by call, as an agent reads its decision: the early warning can come from the tool results of a call
+    # already scored (no score named a signal yet); it names what the run repeats
+    calls = []
+    for i in range(8):  # the same search reworded each time, the same nothing back
+        calls.append(agent_llm(i, at=i * 1.3, tokens=(500 + 160 * i, 40), tools=(("search", 100 + i),), text=i + 1))
+        calls.append(agent_tool(i, "search", at=i * 1.3 + 0.9, args=100 + i, args_sim=7, result=99, empty=True))
+    engine = make_engine(AppConfig())
+    flagged = []
+    for c in calls:
+        flagged += [d for d in engine.process([c], now_us=c.ts_ns // 1000).decisions if d.action != "allow"]
+    assert flagged and all(d.dominant_signal != "none" for d in flagged)
+
+
 def test_a_final_text_answer_after_a_run_of_tool_calls_repeats_no_tool_call():
     # three identical tool calls, then the answer: the tool spans attributed to the answer ran for the call before
     calls = []
