@@ -3,26 +3,27 @@
 #   http://user:password@clickhouse:8123
 # Without it the process falls back to the embedded chDB store under /data.
 
-# Build stage: the full image has a C compiler, so setup.py compiles the detection core with mypyc.
+# Build stage: the full image has a C compiler, so setup.py compiles the detection core with mypyc
+# (LOOP_DETECTOR_COMPILE=1; a build that cannot compile fails). The wheel carries the DDL (clickhouse/) and the SDK.
 FROM python:3.11 AS build
 WORKDIR /src
 # README.md* : the readme is optional at build time (the glob lets COPY succeed without it).
 COPY pyproject.toml setup.py README.md* ./
 COPY detector ./detector
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+COPY clickhouse ./clickhouse
+COPY sdk/python ./sdk/python
+RUN LOOP_DETECTOR_COMPILE=1 pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    LOOP_DETECTOR_SQL_DIR=/opt/loop-detector/clickhouse
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/loop-detector
 
 COPY --from=build /wheels /wheels
-COPY clickhouse ./clickhouse
 # Exact versions of every runtime dependency (regenerated with pip freeze, see the file's header): the
 # image installs what was tested, not whatever is newest on the day it is built.
 COPY constraints.txt ./
@@ -36,7 +37,8 @@ RUN pip install -c constraints.txt /wheels/*.whl \
 USER loop
 WORKDIR /data
 
-# 8080: decisions / admin / metrics API; 4318: the embedded OTLP/HTTP receiver.
-EXPOSE 8080 4318
+# 8080: decisions / admin / metrics API; 4318 and 4317: the embedded OTLP/HTTP and OTLP/gRPC receivers.
+EXPOSE 8080 4318 4317
 
-CMD ["loop-detector", "serve", "--host", "0.0.0.0"]
+# The data directory is the volume itself: tokens created at first start are /data/api-token and /data/admin-token.
+CMD ["loop-detector", "serve", "--host", "0.0.0.0", "--data-dir", "/data"]

@@ -1,9 +1,18 @@
-"""Build step: compile the detection core with mypyc (see ``detector/native.py``); metadata is in pyproject.toml.
+"""Build steps that pyproject.toml cannot declare: the DDL shipped inside the package, and the optional compiled core.
 
-The ``detector.core`` package (every module of it: ``detector.native.CORE_MODULES``) is compiled to C extensions when mypyc and a C compiler
-are available. When they are not, or ``LOOP_DETECTOR_PURE_PYTHON=1`` is set, the package installs as plain
-Python, which works the same, only slower; the build says so. Beside the extensions it records the SHA-256 of
-each compiled source, so that an edited source is never shadowed by an old extension.
+**The DDL.** ``clickhouse/`` at the repository root is the single source of the schema (the ClickHouse server's
+init scripts use the same files). A wheel carries the whole folder, every file at any depth, as
+``detector/storage/clickhouse/``, where :func:`detector.storage.schema.sql_dir` finds it: nothing is listed by
+name, so a file added to ``clickhouse/`` ships without a change here. An editable install copies nothing: the
+package then reads the checkout's ``clickhouse/`` itself.
+
+**The compiled core** (opt-in: ``LOOP_DETECTOR_COMPILE=1``). The ``detector.core`` package (every module of it:
+``detector.native.CORE_MODULES``) is compiled to C extensions with mypyc: a detection cycle then takes about half
+the time (``docs/benchmarks.md``). It needs a C compiler and about a minute, so a plain install is pure Python,
+which works the same. Asked for, mypyc joins the build requirements (``setup_requires``: setuptools' build backend
+hands them to pip), and a build that cannot compile fails rather than quietly installing the slow core. Beside
+the extensions it records the SHA-256 of each compiled source, so that an edited source is never shadowed by an
+old extension.
 """
 
 from __future__ import annotations
@@ -11,36 +20,68 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CORE_DIR = ROOT / "detector" / "core"
+DDL_SOURCE = ROOT / "clickhouse"
+DDL_TARGET = ("detector", "storage", "clickhouse")  # inside the package (detector.storage.schema.PACKAGED_DDL)
 _spec = importlib.util.spec_from_file_location("_native", ROOT / "detector" / "native.py")
 native = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(native)  # type: ignore[union-attr]
 
+MYPYC = "mypy[mypyc]==2.4.1"
 # Type-check the compiled modules strictly enough for mypyc; what they import is checked, not compiled.
 MYPY_ARGS = ["--ignore-missing-imports", "--follow-imports=silent", "--python-version=3.11"]
 
 
-def warn(message: str) -> None:
-    print(f"\n*** loop-detector: {message}; installing the detection core as plain Python (slower)\n",
-          file=sys.stderr)
+def _enabled(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+COMPILE = _enabled(native.COMPILE_ENV) and not _enabled(native.PURE_ENV)
+
+
+class BuildPackage(build_py):
+    """The package as setuptools builds it, plus the DDL folder (not for an editable install: see the docstring)."""
+
+    def run(self) -> None:
+        if COMPILE and not self.distribution.ext_modules:
+            raise SystemExit(f"loop-detector: {native.COMPILE_ENV}=1, but mypyc is not installed in the build "
+                             f"environment ({MYPYC}); unset it to install the pure Python core")
+        super().run()
+        if not self.editable_mode:
+            # a file removed from clickhouse/ must not outlive it in a reused build directory (build/lib)
+            shutil.rmtree(Path(self.build_lib).joinpath(*DDL_TARGET), ignore_errors=True)
+            for source, target in self._ddl_files():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+
+    def _ddl_files(self) -> list[tuple[Path, Path]]:
+        target_dir = Path(self.build_lib).joinpath(*DDL_TARGET)
+        return [(path, target_dir / path.relative_to(DDL_SOURCE)) for path in sorted(DDL_SOURCE.rglob("*"))
+                if path.is_file() and not any(part.startswith(".") or part == "__pycache__"
+                                              for part in path.relative_to(DDL_SOURCE).parts)]
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:  # type: ignore[override]
+        outputs = super().get_outputs(include_bytecode)
+        if not self.editable_mode:
+            outputs.extend(str(target) for _, target in self._ddl_files())
+        return outputs
 
 
 class BuildCore(build_ext):
-    """Builds the extensions, falling back to pure Python on a compiler error, then writes the manifest."""
+    """Builds the compiled core, then writes the manifest of the sources it was built from."""
 
     def run(self) -> None:
-        try:
-            super().run()
-        except Exception as exc:  # no compiler, missing headers: the pure package still works
-            warn(f"compiling the core failed ({exc})")
-            self.extensions = []
+        super().run()
+        if not self.extensions:
             return
         target = CORE_DIR if self.inplace else Path(self.build_lib) / "detector" / "core"
         target.mkdir(parents=True, exist_ok=True)
@@ -54,20 +95,18 @@ class BuildCore(build_ext):
 
 
 def core_extensions() -> list:
-    if os.environ.get(native.PURE_ENV, "") not in ("", "0"):
-        print(f"loop-detector: {native.PURE_ENV} is set: not compiling the core", file=sys.stderr)
+    if not COMPILE:
         return []
     try:
         from mypyc.build import mypycify
-    except ImportError:
-        warn("mypyc is not installed")
+    except ImportError:  # the build backend asks for setup_requires first; BuildPackage refuses a build without it
         return []
     sources = [f"detector/core/{name}.py" for name in native.core_modules(CORE_DIR)]
-    try:
-        return mypycify([*MYPY_ARGS, *sources], opt_level="3", group_name=native.GROUP)
-    except (SystemExit, Exception) as exc:  # mypyc exits on a type error
-        warn(f"mypyc could not compile the core ({exc})")
-        return []
+    return mypycify([*MYPY_ARGS, *sources], opt_level="3", group_name=native.GROUP)
 
 
-setup(ext_modules=core_extensions(), cmdclass={"build_ext": BuildCore})
+if _enabled(native.PURE_ENV) and _enabled(native.COMPILE_ENV):
+    print(f"loop-detector: {native.PURE_ENV} is set: not compiling the core", file=sys.stderr)
+
+setup(ext_modules=core_extensions(), cmdclass={"build_py": BuildPackage, "build_ext": BuildCore},
+      setup_requires=[MYPYC] if COMPILE else [])

@@ -166,12 +166,12 @@ def overshoot_trial(api: str, otlp: str, rate: float, with_pending: bool, max_ca
     """One looping agent; returns (calls sent, the attempt at which it was refused)."""
     import uuid
 
-    from detector.evaluation.simulate import Step, emit_step, otlp_tracer, start_run
+    from detector.evaluation.simulate import SimulatedStep, emit_step, otlp_tracer, start_run
 
     session = f"loop-{uuid.uuid4().hex[:8]}"
     messages = [{"role": "user", "content": "Deploy the service again."}]
-    step = Step(user_text=messages[0]["content"], output_text="Deploying.", input_tokens=400, output_tokens=20,
-                duration_s=0.01)
+    step = SimulatedStep(user_text=messages[0]["content"], output_text="Deploying.", input_tokens=400,
+                         output_tokens=20, duration_s=0.01)
     sent, refused_at = 0, 0
     interval = 1.0 / rate
     with otlp_tracer(otlp) as (tracer, _provider), LoopGuard(api, timeout=2.0, blocklist_interval=None) as guard:

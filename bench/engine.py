@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detector import native  # noqa: E402
 from detector.core.engine import Engine, span_order  # noqa: E402
 from detector.core.models import Call  # noqa: E402
+from detector.detection.engine_config import engine_tuning  # noqa: E402
 from detector.settings.config import AppConfig  # noqa: E402
 
 T0 = 1_780_000_000 * 10**9
@@ -63,7 +64,7 @@ def cycle_calls(round_: int, sessions: int) -> list[Call]:
 def measure(sessions: int, cycles: int) -> dict[str, float]:
     # in span order, as the job's query returns them (Engine.process then need not sort them)
     batches = [sorted(cycle_calls(r, sessions), key=span_order) for r in range(cycles)]
-    engine = Engine(AppConfig())
+    engine = Engine(engine_tuning(AppConfig()))
     seconds = []
     gc.disable()  # as the detector job runs its cycles (detector.detection.gc_policy)
     for batch in batches:

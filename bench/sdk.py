@@ -1,6 +1,7 @@
-"""Benchmark: the SDKs' added latency per call, Python and TypeScript, against a running service.
+"""Benchmark: the SDKs' added latency per call, Python and TypeScript, against a running service; and the cost of
+the completion hook (the app's fingerprints on every model call's span) per call.
 
-    .venv/bin/python bench/sdk.py [--rounds 5] [--calls 1000] [--cached 20000]
+    .venv/bin/python bench/sdk.py [--rounds 5] [--calls 1000] [--cached 20000] [--hook-calls 2000] [--hook-only]
 
 One ``loop-detector serve`` process (loopback); in this process the Python SDK, in a node process the
 TypeScript SDK (``sdk/typescript/dist``: run ``npm ci`` there first). For each language, per call, sequential,
@@ -13,8 +14,16 @@ keep-alive, the median of each round, rounds interleaved so that drift hits ever
   12-message agent conversation (~6 kB: fingerprint + check + applying the decision);
 * the fingerprint alone, and a check refused from the cached block list (no network).
 
-The ratio column is each figure over its language's bare request of the same kind, per round, median over
-rounds. Everything is bounded: fixed call counts, loopback only.
+The completion hook (no network, no service): ``LoopDetectorHook.on_completion`` as util-genai calls it at the end
+of a model call whose input is a 20-message agent conversation (system, user, 9 tool calls and their results:
+~8 kB), on a real recording span, median per round. Baseline: what content capture would cost for the same call,
+util-genai's serialization of its inputs and outputs into the span's ``gen_ai.input.messages`` /
+``gen_ai.output.messages`` (the hook gives the detector what it needs from them with content off). Two figures:
+every call with a new tool result and tool call (as an agent that makes progress: the history is fingerprinted
+once, the new content each call), and the same call again (an agent in a loop: its texts are cached).
+
+The ratio column is each figure over its language's bare request of the same kind (the hook: over the
+serialization baseline), per round, median over rounds. Everything is bounded: fixed call counts, loopback only.
 """
 
 from __future__ import annotations
@@ -139,6 +148,90 @@ def python_rounds(api: str, blocked: str, rounds: int, n: int, cached: int, mess
     return res
 
 
+def hook_conversation(i: int) -> tuple[list, list]:
+    """util-genai's inputs and outputs of the model call of a 20-message conversation (the hook's arguments):
+    the history is the same every time (as in an agent's run), the last tool result and the reply's tool call are
+    the ``i``-th's (new content each call)."""
+    from opentelemetry.util.genai.types import InputMessage, OutputMessage, Text, ToolCallRequest, ToolCallResponse
+
+    inputs = [InputMessage("system", [Text(SYSTEM_PROMPT)]), InputMessage("user", [Text(USER_TASK)])]
+    for k, (args, result) in enumerate(HISTORY):
+        inputs.append(InputMessage("assistant", [ToolCallRequest(dict(args), "read_file", f"call_{k:04d}")]))
+        last = k == len(HISTORY) - 1
+        inputs.append(InputMessage("tool", [ToolCallResponse(result + (f"\n# run {i}" if last else ""),
+                                                             f"call_{k:04d}")]))
+    outputs = [OutputMessage("assistant", [ToolCallRequest({"path": f"src/module_{i}.py", "offset": i * 40},
+                                                           "read_file", f"call_next_{i}")], "tool_calls")]
+    return inputs, outputs
+
+
+SYSTEM_PROMPT = ("You are a coding agent working in a Python repository. Read files, run the tests, and edit code "
+                 "until the failing CI job passes. Explain each step briefly. ") * 3
+USER_TASK = "The CI job fails on tests/test_config.py::test_reload (KeyError: 'port'); please fix it."
+HISTORY = [({"path": f"src/module_{k}.py"},
+            "".join(f"def handler_{k}_{j}(request):\n    value = request.get('key_{j}')\n    return value * {j}\n"
+                    for j in range(8))) for k in range(9)]
+
+
+def hook_rounds(rounds: int, n: int) -> dict[str, list[float]]:
+    from dataclasses import asdict
+
+    from loop_detector_sdk.completion_hook import LoopDetectorHook
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.util.genai.utils import gen_ai_json_dumps
+
+    hook = LoopDetectorHook()
+    tracer = TracerProvider().get_tracer("bench")
+    res: dict[str, list[float]] = {}
+    calls = [hook_conversation(i) for i in range(n)]
+
+    def serialize(inputs: list, outputs: list) -> None:  # content capture's work for the same call
+        gen_ai_json_dumps([asdict(m) for m in inputs])
+        gen_ai_json_dumps([asdict(m) for m in outputs])
+
+    def timed(fn, pairs) -> float:
+        spans = [tracer.start_span("chat gpt-4o-mini", attributes={"gen_ai.request.model": "gpt-4o-mini"})
+                 for _ in pairs]
+        times = []
+        for span, (inputs, outputs) in zip(spans, pairs, strict=True):
+            t0 = time.perf_counter()
+            fn(inputs, outputs, span)
+            times.append(time.perf_counter() - t0)
+        for span in spans:
+            span.end()
+        return statistics.median(times) * 1e6
+
+    def on_completion(inputs: list, outputs: list, span) -> None:
+        hook.on_completion(inputs=inputs, outputs=outputs, system_instruction=[], span=span)
+
+    for r in range(rounds):
+        novel = [hook_conversation(r * n + i + 10**6) for i in range(n)]  # not seen before: the caches miss
+        res.setdefault("serialize", []).append(timed(lambda i, o, _s: serialize(i, o), calls))
+        res.setdefault("hookNovel", []).append(timed(on_completion, novel))
+        res.setdefault("hookRepeat", []).append(timed(on_completion, [calls[0]] * n))
+    size = len(gen_ai_json_dumps([asdict(m) for m in calls[0][0]]))
+    res["_size"] = [size]
+    return res
+
+
+def hook_rows(res: dict[str, list[float]]) -> list[tuple[str, str, str, str]]:
+    def med(key: str) -> float:
+        return statistics.median(res[key])
+
+    def ratio(key: str) -> str:
+        return f"{statistics.median(v / b for v, b in zip(res[key], res['serialize'], strict=True)):.3f}"
+
+    size = int(res["_size"][0])
+    return [
+        (f"Python: util-genai's serialization of a 20-message call's content ({size:,} B; content capture's work, "
+         "baseline)", f"{med('serialize'):,.1f}", "us", "1.000"),
+        ("Python: completion hook on_completion, the same call with a new tool result and tool call, p50",
+         f"{med('hookNovel'):,.1f}", "us", ratio("hookNovel")),
+        ("Python: completion hook on_completion, the same call repeated (a loop: cached), p50",
+         f"{med('hookRepeat'):,.1f}", "us", ratio("hookRepeat")),
+    ]
+
+
 def rows_for(lang: str, res: dict[str, list[float]]) -> list[tuple[str, str, str, str]]:
     def med(key: str) -> float:
         return statistics.median(res[key])
@@ -169,8 +262,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000, help="network calls per figure per round")
     parser.add_argument("--cached", type=int, default=20000, help="cached checks per round")
+    parser.add_argument("--hook-calls", type=int, default=2000, help="completion hook calls per figure per round")
+    parser.add_argument("--hook-only", action="store_true", help="only the completion hook (no service)")
     args = parser.parse_args()
     messages = conversation()
+    if args.hook_only:
+        print_table(hook_rows(hook_rounds(args.rounds, args.hook_calls)),
+                    f"{os.cpu_count()} CPUs; {args.rounds} rounds x {args.hook_calls} hook calls per figure")
+        return 0
     node = shutil.which("node")
     dist = ROOT / "sdk" / "typescript" / "dist" / "index.js"
     rows: list[tuple[str, str, str, str]] = []
@@ -194,14 +293,21 @@ def main() -> int:
                 print("(TypeScript skipped: node missing or sdk/typescript not built: cd sdk/typescript && npm ci)")
         finally:
             stop(service)
+    rows += hook_rows(hook_rounds(args.rounds, args.hook_calls))
     size = len(json.dumps(messages))
-    print(f"\n{os.cpu_count()} CPUs; {args.rounds} rounds x {args.calls} network calls per figure, {args.cached} cached "
-          f"checks per round; the fingerprinted request is {len(messages)} messages, {size:,} bytes of JSON\n")
+    print_table(rows, f"{os.cpu_count()} CPUs; {args.rounds} rounds x {args.calls} network calls per figure, "
+                      f"{args.cached} cached checks per round, {args.hook_calls} hook calls per figure; the "
+                      f"fingerprinted request is {len(messages)} messages, {size:,} bytes of JSON")
+    return 0
+
+
+def print_table(rows: list[tuple[str, str, str, str]], header: str) -> None:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\n{header}; load average {load:.1f} at the end\n")
     print("| figure | value | unit | ratio vs baseline |")
     print("|---|---|---|---|")
     for figure, value, unit, ratio in rows:
         print(f"| {figure} | {value} | {unit} | {ratio} |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -57,6 +57,9 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls (
     output_fp UInt64,
     output_norm_simhash UInt64,
     out_tool_arg_simhashes Array(UInt64),
+    observation_failed UInt8,
+    observation_shape_fp UInt64,
+    observation_pending UInt8,
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
@@ -77,7 +80,10 @@ ALTER TABLE otel.genai_calls
     ADD COLUMN IF NOT EXISTS args_simhash UInt64,
     ADD COLUMN IF NOT EXISTS output_fp UInt64,
     ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
-    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
+    ADD COLUMN IF NOT EXISTS observation_failed UInt8,
+    ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
 
 -- otel.genai_spans: the staging table. On every insert into otel.otel_traces (by loop-detector's receivers or by a
 -- collector) the view below copies into it the spans the detector may read: their attributes and events as they are,

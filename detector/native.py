@@ -4,7 +4,8 @@ A detection cycle scores every new call in pure Python, call by call (see :mod:`
 new calls a cycle, interpreting that code was most of the cycle's time, so the install compiles the
 :mod:`detector.core` package (pure, no I/O: every module of it) to C extensions with `mypyc <https://mypyc.readthedocs.io>`_: the same source, type-checked, run
 about twice as fast. Nothing else changes: every module stays plain, readable Python, and the Python source
-is always there to fall back to.
+is always there to fall back to. Compiling is opt-in (``LOOP_DETECTOR_COMPILE=1 pip install ...``: a C compiler and
+about a minute), so that a first install is quick; the container image and CI compile.
 
 The compiled core is used only while it matches the source it was built from. ``setup.py`` records the
 SHA-256 of each compiled source beside the extensions (``_native_manifest.json``). At import, before any core
@@ -32,7 +33,8 @@ from types import ModuleType
 PACKAGE = "detector.core"  # compiled whole: every module of the package (what it imports is not compiled)
 GROUP = "detector.core._compiled"  # the extensions' shared library: detector/core/_compiled__mypyc.*.so
 MANIFEST = "_native_manifest.json"
-PURE_ENV = "LOOP_DETECTOR_PURE_PYTHON"
+PURE_ENV = "LOOP_DETECTOR_PURE_PYTHON"  # run the Python source even where the compiled core is installed
+COMPILE_ENV = "LOOP_DETECTOR_COMPILE"  # at install: compile the core (setup.py); a plain install is pure Python
 
 _PACKAGE_DIR = Path(__file__).resolve().parent / "core"
 
@@ -43,7 +45,8 @@ def core_modules(package_dir: Path = _PACKAGE_DIR) -> tuple[str, ...]:
 
 
 CORE_MODULES: tuple[str, ...] = core_modules()
-_status = "pure: not compiled"
+_NOT_COMPILED = f"pure: not compiled ({COMPILE_ENV}=1 at install compiles it)"
+_status = _NOT_COMPILED
 
 
 def source_digests(package_dir: Path) -> dict[str, str]:
@@ -84,7 +87,7 @@ def install(package_dir: Path = _PACKAGE_DIR) -> str:
     """Decide, once per process, whether the core runs compiled; returns (and keeps) the reason."""
     global _status
     if not _compiled(package_dir):
-        _status = "pure: not compiled"
+        _status = _NOT_COMPILED
         return _status
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         _status = f"pure: {PURE_ENV} is set"
@@ -95,7 +98,7 @@ def install(package_dir: Path = _PACKAGE_DIR) -> str:
             return _status
         _status = f"pure: {', '.join(stale)} changed since the build"
         warnings.warn(f"loop-detector: the compiled detection core is older than its source ({', '.join(stale)});"
-                      " running the Python source (rebuild: pip install -e .)", RuntimeWarning, stacklevel=2)
+                      " running the Python source (rebuild: LOOP_DETECTOR_COMPILE=1 pip install -e .)", RuntimeWarning, stacklevel=2)
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder(package_dir))
     return _status

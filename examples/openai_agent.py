@@ -115,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         # 2. loop-detector's guard around the OpenAI client
         guard = stack.enter_context(LoopGuard(api, timeout=2.0))
         client = guard_openai(OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "sk-stub"), max_retries=0), guard)
-        http = stack.enter_context(httpx.Client(timeout=5.0))
+        # the decision reads need the service's API token when it listens beyond loopback (the compose stack's)
+        token = os.environ.get("LOOP_DETECTOR_API_TOKEN")
+        http = stack.enter_context(httpx.Client(timeout=5.0, headers={"Authorization": f"Bearer {token}"} if token
+                                                else {}))
 
         session = f"example-{args.scenario}-{uuid.uuid4().hex[:6]}"
         messages: list[dict[str, Any]] = [

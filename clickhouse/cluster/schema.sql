@@ -111,6 +111,9 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls_local ON CLUSTER 'loop_cluster' (
     output_fp UInt64,
     output_norm_simhash UInt64,
     out_tool_arg_simhashes Array(UInt64),
+    observation_failed UInt8,
+    observation_shape_fp UInt64,
+    observation_pending UInt8,
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
@@ -129,7 +132,10 @@ ALTER TABLE otel.genai_calls_local ON CLUSTER 'loop_cluster'     ADD COLUMN IF N
     ADD COLUMN IF NOT EXISTS args_simhash UInt64,
     ADD COLUMN IF NOT EXISTS output_fp UInt64,
     ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
-    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
+    ADD COLUMN IF NOT EXISTS observation_failed UInt8,
+    ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
 
 ALTER TABLE otel.genai_calls ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXISTS observation_fp UInt64,
     ADD COLUMN IF NOT EXISTS observation_simhash UInt64,
@@ -139,7 +145,10 @@ ALTER TABLE otel.genai_calls ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXI
     ADD COLUMN IF NOT EXISTS args_simhash UInt64,
     ADD COLUMN IF NOT EXISTS output_fp UInt64,
     ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
-    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
+    ADD COLUMN IF NOT EXISTS observation_failed UInt8,
+    ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
 
 CREATE TABLE IF NOT EXISTS otel.genai_spans_local ON CLUSTER 'loop_cluster' (
     inserted_at DateTime64(6) DEFAULT now64(6),

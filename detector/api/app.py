@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from detector import __version__
 from detector.api.access import reader_refusal, require_reader
@@ -48,6 +48,7 @@ from detector.settings.vocabulary import (
 __all__ = [
     "BlockEntry", "BlockedError", "BlockedOut", "BlocklistOut", "BudgetLine", "BudgetStatusOut", "CHECK_BODY_MAX",
     "CheckRequest", "DecisionOut", "FINGERPRINT_MAX", "FastCheck", "Health", "ID_MAX", "InvalidBody", "Pending",
+    "PendingEvidence",
     "TOOL_ARGUMENTS_MAX", "TRACE_MAX", "WARNING_HEADER", "check_answer", "create_api", "decision_payload",
     "enforcement_answer",
 ]
@@ -100,8 +101,43 @@ class BlockedOut(BaseModel):
     error: BlockedError
 
 
+def _uint64(text: str) -> str:
+    if int(text) > 2**64 - 1:
+        raise ValueError("larger than 2**64 - 1")
+    return text
+
+
+UInt64Text = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,19})$", max_length=20,
+                                  description="an unsigned 64-bit hash in decimal (a string: JSON numbers are doubles)"),
+                       AfterValidator(_uint64)]
+
+
+class PendingEvidence(BaseModel):
+    """The app's fingerprints of the call about to be made, version 1 (``docs/sdk.md``, "Fingerprints"): hashes of
+    what the agent just observed and of what it is about to send, computed in the app with the service's own
+    normalization and ClickHouse's hash functions, never the text. Accepted and validated; the detectors do not
+    read them yet, except ``tool``, which stands in for ``tool_arguments`` in the pre-flight failure-loop check."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = Field(description="the fingerprint set's version (1)")
+    request: UInt64Text | None = Field(None, description="the whole request (model and messages)")
+    input: UInt64Text | None = Field(None, description="the new input (the tool results and user message since the "
+                                                       "last call), normalized")
+    input_simhash: UInt64Text | None = Field(None, description="word-shingle SimHash of the new input, normalized, "
+                                                               "without its JSON keys")
+    input_empty: bool | None = Field(None, description="the new input says nothing (no results, not found, empty)")
+    input_chars: int | None = Field(None, ge=0, le=2**32 - 1, description="bytes of the normalized new input")
+    tool: UInt64Text | None = Field(None, description="the tool about to run: name + canonical argument values "
+                                                      "(needs tool_name)")
+    tool_args: UInt64Text | None = Field(None, description="the tool's name + normalized arguments")
+    tool_args_simhash: UInt64Text | None = Field(None, description="n-gram SimHash of the normalized arguments, "
+                                                                   "digits masked")
+
+
 class Pending(BaseModel):
-    """The call about to be made, as fingerprints (never its content)."""
+    """The call about to be made, as fingerprints (``tool_arguments``: from clients that send the arguments
+    themselves; the SDKs send ``evidence`` instead)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -112,11 +148,16 @@ class Pending(BaseModel):
                                   description="the tool about to be run")
     tool_arguments: dict[str, Any] | list[Any] | str | None = Field(
         None, description="its arguments (object, or a JSON string); compared by value, canonically")
+    evidence: PendingEvidence | None = Field(None, description="the app's fingerprints of the call (no content)")
 
     @model_validator(mode="after")
     def _consistent(self) -> Pending:
         if self.tool_arguments is not None and self.tool_name is None:
             raise ValueError("tool_arguments needs tool_name")
+        evidence = self.evidence
+        if evidence is not None and self.tool_name is None and (
+                evidence.tool is not None or evidence.tool_args is not None or evidence.tool_args_simhash is not None):
+            raise ValueError("evidence of a tool (tool, tool_args, tool_args_simhash) needs tool_name")
         if self.tool_arguments is not None:
             size = len(self.tool_arguments) if isinstance(self.tool_arguments, str) else len(
                 json.dumps(self.tool_arguments, separators=(",", ":"), default=str))

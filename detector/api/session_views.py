@@ -15,10 +15,7 @@ from detector.core.escalation import LEVELS
 from detector.settings.vocabulary import SIGNAL_NAMES
 from detector.storage.transport import Store
 
-__all__ = [
-    "COUNT_SESSIONS", "LIST_SESSIONS", "SESSION_SCORES", "SESSION_STATE", "SESSION_TIMELINE", "STATS",
-    "TOP_SESSIONS", "list_sessions", "session_detail", "stats",
-]
+__all__ = ["list_sessions", "session_detail", "stats"]
 
 LIST_SESSIONS = """
 SELECT scope_id AS session_id, virtual_key, call_count AS request_count, confidence, level, dominant_signal,

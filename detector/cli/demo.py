@@ -15,10 +15,11 @@ from contextlib import ExitStack
 
 import httpx
 
-from detector.evaluation.simulate import Step, ToolCall, emit_step, otlp_tracer, start_run, wait_for_detector
+from detector.evaluation.simulate import SimulatedStep, ToolCall, emit_step, otlp_tracer, start_run, wait_for_detector
 from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_INJECT, ACTION_THROTTLE, ACTION_WARN
 
-__all__ = ["COLORS", "DEFAULT_API", "DEFAULT_OTLP", "HEALTHY_TOOLS", "healthy_step", "looping_step", "run_demo"]
+__all__ = ["COLORS", "DEFAULT_API", "DEFAULT_OTLP", "HEALTHY_TOOLS", "LEGEND", "healthy_step", "looping_step",
+           "run_demo"]
 
 COLORS = {ACTION_ALLOW: "32", ACTION_WARN: "33", ACTION_THROTTLE: "35", ACTION_INJECT: "36", ACTION_BLOCK: "1;31"}
 
@@ -32,22 +33,34 @@ HEALTHY_TOOLS = [
 ]
 
 
-def looping_step(i: int) -> Step:
-    return Step(user_text="" if i else "Fix the failing build.",
-                output_text="Let me read the config file to find the problem.",
-                tools=[ToolCall("read_file", {"path": "config.yaml"})],
-                input_tokens=1200 + 180 * i, output_tokens=42)
+def looping_step(i: int) -> SimulatedStep:
+    return SimulatedStep(user_text="" if i else "Fix the failing build.",
+                         output_text="Let me read the config file to find the problem.",
+                         tools=[ToolCall("read_file", {"path": "config.yaml"})],
+                         input_tokens=1200 + 180 * i, output_tokens=42)
 
 
-def healthy_step(i: int) -> Step:
+def healthy_step(i: int) -> SimulatedStep:
     name, args = HEALTHY_TOOLS[i % len(HEALTHY_TOOLS)]
-    return Step(user_text="" if i else "Add a --verbose flag to the CLI.",
-                output_text=f"Step {i + 1}: using {name} to make progress on {args or 'the change'}.",
-                tools=[ToolCall(name, dict(args))], input_tokens=900 + 150 * i, output_tokens=80 + (i * 37) % 90)
+    return SimulatedStep(user_text="" if i else "Add a --verbose flag to the CLI.",
+                         output_text=f"Step {i + 1}: using {name} to make progress on {args or 'the change'}.",
+                         tools=[ToolCall(name, dict(args))], input_tokens=900 + 150 * i,
+                         output_tokens=80 + (i * 37) % 90)
 
 
 DEFAULT_API = "http://127.0.0.1:8080"
 DEFAULT_OTLP = "http://127.0.0.1:4318"
+
+LEGEND = """\
+  action      what the agent is told before its next call: the strongest answer of every detector
+              (allow < warn < throttle < inject < block)
+  level       the escalation level of the confidence score (none, warn, throttle, inject, hard_stop): it climbs
+              one step at a time, after several calls in a row past a threshold
+  by          the detector that decided the action, and (in brackets) the evidence it rests on: no_progress is
+              the early warning (calls repeating with nothing new, flagged before the score has climbed: hence
+              "warn" beside level "none"), confidence is the score's level, anything else a configured rule
+  dominant    the signal that weighs most in the confidence score
+"""
 
 
 def _running(api: str) -> bool:
@@ -56,6 +69,13 @@ def _running(api: str) -> bool:
         return httpx.get(f"{api}/healthz", timeout=0.5).json().get("status") == "ok"
     except (httpx.HTTPError, ValueError, AttributeError):
         return False
+
+
+def _decided_by(decision: dict) -> str:
+    """The detector behind a decision (a rule by its name), with the evidence it rests on."""
+    by = decision.get("rule_name") or decision.get("detector") or ""
+    evidence = decision.get("evidence", "none")
+    return f"{by} ({evidence})" if evidence not in ("", "none") else by
 
 
 def _paint(text: str, action: str, color: bool) -> str:
@@ -78,7 +98,11 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
             _, eps = stack.enter_context(running_service(AppConfig(), data_dir))
             endpoint, otlp_endpoint = eps.api, eps.otlp
             print(f"started loop-detector in-process (API {endpoint}, OTLP {otlp_endpoint})", file=out)
-        elif otlp_endpoint is None:
+        elif not _running(endpoint):
+            print(f"no loop-detector answers at {endpoint}/healthz: start one (loop-detector serve), or leave out "
+                  "--endpoint and the demo runs its own", file=sys.stderr)
+            return 1
+        if otlp_endpoint is None:
             otlp_endpoint = httpx.URL(endpoint).copy_with(port=4318).__str__().rstrip("/")
         client = stack.enter_context(httpx.Client(timeout=5.0))
         tracer, provider = stack.enter_context(otlp_tracer(otlp_endpoint, service_name="loop-detector-demo"))
@@ -94,7 +118,9 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
             span, ctx = start_run(tracer, agent_name=name, session_id=session, start_ns=t0)
             state[name] = {"t": t0, "history": [], "ctx": ctx, "span": span}
 
-        header = f"{'call':>4}  {'agent':<14} {'action':<9} {'level':<10} {'confidence':>10}  dominant signal"
+        print(LEGEND, file=out)
+        header = (f"{'call':>4}  {'agent':<14} {'action':<9} {'level':<10} {'confidence':>10}  {'by':<20} "
+                  "dominant signal")
         print(header, file=out)
         print("-" * len(header), file=out)
         for i in range(calls):
@@ -108,8 +134,9 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
             wait_for_detector(endpoint, time.time_ns() // 1000, client=client)
             for name, (session, _) in agents.items():
                 d = client.get(f"{endpoint}/v1/decision", params={"session_id": session}).json()
+                acting = d["action"] != ACTION_ALLOW
                 line = (f"{i + 1:>4}  {name:<14} {d['action']:<9} {d['level']:<10} {d['confidence']:>10.3f}  "
-                        f"{d['dominant_signal'] if d['action'] != 'allow' else ''}")
+                        f"{_decided_by(d) if acting else '':<20} {d['dominant_signal'] if acting else ''}").rstrip()
                 print(_paint(line, d["action"], color), file=out)
         for st in state.values():
             st["span"].end()

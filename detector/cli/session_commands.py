@@ -26,8 +26,8 @@ from detector.settings.vocabulary import (
 )
 
 __all__ = [
-    "AdminClient", "BAR_WIDTH", "LEVEL_COLORS", "print_session", "print_sessions", "resolve_token", "run_session",
-    "run_sessions",
+    "AdminClient", "BAR_WIDTH", "LEVEL_COLORS", "ServiceUnreachable", "print_session", "print_sessions", "resolve_token",
+    "run_session", "run_sessions",
 ]
 
 LEVEL_COLORS = {LEVEL_NONE: "32", LEVEL_WARN: "33", LEVEL_THROTTLE: "35", LEVEL_INJECT: "36", LEVEL_HARD_STOP: "1;31"}
@@ -43,20 +43,33 @@ def resolve_token(token: str | None, data_dir: str) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
+class ServiceUnreachable(Exception):
+    """No loop-detector answered at the endpoint; ``str()`` is the one line a person reads."""
+
+
 class AdminClient:
     def __init__(self, endpoint: str, token: str | None, timeout: float = 5.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(base_url=endpoint.rstrip("/") + "/admin/loop-detection", headers=headers,
+        self.endpoint = endpoint.rstrip("/")
+        self._client = httpx.Client(base_url=self.endpoint + "/admin/loop-detection", headers=headers,
                                     timeout=timeout)
 
     def get(self, path: str, **params: Any) -> Any:
-        response = self._client.get(path, params=params)
+        try:
+            response = self._client.get(path, params=params)
+        except httpx.TransportError as exc:  # refused, unknown host, timed out: nothing answered
+            reason = str(exc).split("] ", 1)[-1] or type(exc).__name__
+            raise ServiceUnreachable(f"no loop-detector answers at {self.endpoint} ({reason}): is `loop-detector "
+                                     "serve` running there? --endpoint URL points at another") from None
         if response.status_code in (401, 403):
             raise SystemExit(f"admin API refused the token ({response.status_code}): pass --token or set "
                              "LOOP_DETECTOR_ADMIN_TOKEN")
         if response.status_code == 404:
             raise LookupError(path)
-        response.raise_for_status()
+        if response.status_code != 200 or "json" not in response.headers.get("content-type", ""):
+            raise ServiceUnreachable(f"{self.endpoint} answered {response.status_code} to GET "
+                                     f"/admin/loop-detection{path}, not loop-detector's admin API: is --endpoint "
+                                     "the service's API (serve's --api-port)?")
         return response.json()
 
 

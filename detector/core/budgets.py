@@ -29,7 +29,7 @@ from typing import Any, Final
 import orjson
 
 from detector.core.events import event_row
-from detector.settings.config import Budget
+from detector.core.tuning import BudgetSpec
 from detector.settings.vocabulary import (
     ACTION_BLOCK,
     BUDGET_ALERT,
@@ -102,7 +102,7 @@ class BudgetStatus:
                 "exhausted": self.exhausted, "resets_at": self.resets_at_us / 1e6 if self.resets_at_us else None}
 
 
-def budget_event(budget: Budget, scope_id: str, spent: float, pk: str, ts_ns: int, *, session_id: str = "",
+def budget_event(budget: BudgetSpec, scope_id: str, spent: float, pk: str, ts_ns: int, *, session_id: str = "",
                  trace_id: str = "", span_id: str = "", virtual_key: str = "", feature: str = "") -> dict[str, Any]:
     """The ``kind = 'budget'`` row of ``otel.loop_events`` for one exhaustion."""
     return event_row(
@@ -117,9 +117,9 @@ class BudgetTracker:
     """Running spend totals and the configured budgets. Written by the detector cycle (one thread), read by
     the API (many): every access takes the lock, held for dictionary operations only."""
 
-    def __init__(self, budgets: Iterable[Budget] = ()) -> None:
+    def __init__(self, budgets: Iterable[BudgetSpec] = ()) -> None:
         self._lock = threading.Lock()
-        self.budgets: list[Budget] = list(budgets)
+        self.budgets: list[BudgetSpec] = list(budgets)
         self.totals: dict[tuple[str, str], dict[str, float]] = {}  # (scope, id) -> period key -> usd
         self.announced: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (scope, id) -> {(budget, period key)}
         self.dirty: set[tuple[str, str]] = set()
@@ -129,7 +129,7 @@ class BudgetTracker:
         self._day, self._keys = -1, ("", "", "")  # the period keys of the last call's day
 
     # -- configuration -----------------------------------------------------------------------------------
-    def set_budgets(self, budgets: Iterable[Budget]) -> None:
+    def set_budgets(self, budgets: Iterable[BudgetSpec]) -> None:
         with self._lock:
             self.budgets = list(budgets)
             self.generation += 1
@@ -168,7 +168,7 @@ class BudgetTracker:
                                                    feature=feature))
         return events
 
-    def _announce(self, budget: Budget, scope: str, scope_id: str, pk: str) -> bool:
+    def _announce(self, budget: BudgetSpec, scope: str, scope_id: str, pk: str) -> bool:
         """Mark (budget, id, period) announced; False when it already was. Caller holds the lock."""
         seen = self.announced.setdefault((scope, scope_id), set())
         if (budget.name, pk) in seen:

@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from detector.settings.config import LoopDetectionConfig
+from detector.core.tuning import ScoringTuning
 from detector.settings.vocabulary import ACTIONS as _ACTIONS
 from detector.settings.vocabulary import LEVELS as _LEVELS
 
 INJECTION_CONTEXT_AWARE: Final = "context_aware"
 
 __all__ = ["ACTIONS", "ACTION_RANK", "GENERIC_INSTRUCTION", "LEVELS", "LEVEL_ACTION", "LEVEL_RANK", "Escalation",
-           "Transition", "break_instruction", "counts_of", "thresholds_of"]
+           "Transition", "break_instruction"]
 
 # The vocabulary's levels and actions as this compiled module's own constants (an imported name is looked up in
 # the other module's dict at every use), with their ranks and each level's action.
@@ -32,16 +32,6 @@ GENERIC_INSTRUCTION = (
     "Loop detected. You are repeating the same actions without progress. Stop the current approach, "
     "summarize what you have tried, and propose a fundamentally different strategy."
 )
-
-
-def thresholds_of(cfg: LoopDetectionConfig) -> tuple[float, float, float, float]:
-    t = cfg.thresholds
-    return (t.warn_confidence, t.throttle_confidence, t.inject_confidence, t.hardstop_confidence)
-
-
-def counts_of(cfg: LoopDetectionConfig) -> tuple[int, int, int, int]:
-    c = cfg.consecutive_counts
-    return (c.warn, c.throttle, c.inject, c.hardstop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +68,7 @@ class Escalation:
     def advance(self, confidence: float, thresholds: tuple[float, ...], counts: tuple[int, ...],
                 step_down_after: int) -> Transition | None:
         """Account one scored call; returns the transition it caused, if any. ``thresholds`` and ``counts``:
-        the configuration's, per level from warn up (:func:`thresholds_of`, :func:`counts_of`, extracted once per
-        configuration, not per call)."""
+        the configuration's, per level from warn up (``ScoringTuning.thresholds`` and ``counts``)."""
         streaks = self.streaks
         for i, threshold in enumerate(thresholds):
             streaks[i] = streaks[i] + 1 if confidence >= threshold else 0
@@ -106,7 +95,7 @@ class Escalation:
         return cls(level=int(data["level"]), streaks=[int(x) for x in data["streaks"]], below=int(data["below"]))
 
 
-def break_instruction(cfg: LoopDetectionConfig, dominant_signal: str, tool_names: tuple[str, ...] = ()) -> str:
+def break_instruction(cfg: ScoringTuning, dominant_signal: str, tool_names: tuple[str, ...] = ()) -> str:
     """The text to add to the system prompt on entering inject.
 
     The configured template wins; ``context_aware`` tailors the text to the dominant signal (naming the

@@ -8,7 +8,6 @@ engine both price through it.
 from __future__ import annotations
 
 from detector.core.models import Call
-from detector.settings.config import AppConfig
 
 __all__ = ["ModelPrice", "PriceBook", "cost_at", "model_price"]
 
@@ -16,15 +15,15 @@ __all__ = ["ModelPrice", "PriceBook", "cost_at", "model_price"]
 ModelPrice = tuple[float, float] | None
 
 
-def model_price(model: str, config: AppConfig) -> ModelPrice:
+def model_price(model: str, prices: dict[str, tuple[float, float]]) -> ModelPrice:
     """The price table's entry for ``model``: its exact name, else the longest configured prefix (e.g. ``gpt-4o``
     for ``gpt-4o-2024-08-06``)."""
-    price = config.prices.get(model)
+    price = prices.get(model)
     if price is None and model:
-        prefixes = [m for m in config.prices if model.startswith(m)]
+        prefixes = [m for m in prices if model.startswith(m)]
         if prefixes:
-            price = config.prices[max(prefixes, key=len)]
-    return None if price is None else (price.input_per_million, price.output_per_million)
+            price = prices[max(prefixes, key=len)]
+    return price
 
 
 def cost_at(call: Call, price: ModelPrice) -> float:
@@ -36,10 +35,10 @@ def cost_at(call: Call, price: ModelPrice) -> float:
 class PriceBook:
     """The cost of calls under one configuration."""
 
-    __slots__ = ("config", "_prices")
+    __slots__ = ("table", "_prices")
 
-    def __init__(self, config: AppConfig) -> None:
-        self.config = config
+    def __init__(self, table: dict[str, tuple[float, float]]) -> None:
+        self.table = table  # model -> USD per million input tokens, per million output tokens
         self._prices: dict[str, ModelPrice] = {}
 
     def cost(self, call: Call) -> float:
@@ -50,5 +49,5 @@ class PriceBook:
         if model in self._prices:
             price = self._prices[model]
         else:
-            price = self._prices[model] = model_price(model, self.config)
+            price = self._prices[model] = model_price(model, self.table)
         return cost_at(call, price)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from detector.core.similarity import finite
-from detector.settings.rule_params import VelocityParams
+from detector.core.tuning import VelocityTuning
 
 __all__ = [
     "FailureStreak", "VELOCITY_CLEAR_FRACTION", "VELOCITY_MULTIPLIER", "VELOCITY_WINDOW_NS", "VelocityState",
@@ -209,7 +209,7 @@ class VelocityState:
     trip_level: float = 0.0
     trip_reason: str = ""  # 'baseline' | 'manual' while tripped
 
-    def update(self, ts_ns: int, tokens: int, params: VelocityParams, tpm_limit: float | None = None) -> bool:
+    def update(self, ts_ns: int, tokens: int, params: VelocityTuning, tpm_limit: float | None = None) -> bool:
         """Record ``tokens`` used at ``ts_ns`` (span time) and return whether the breaker is tripped after it.
         ``tpm_limit`` (the key's override) takes precedence over ``params.tpm_limit``."""
         now = ts_ns if self.last_ns is None else max(ts_ns, self.last_ns)
@@ -226,7 +226,7 @@ class VelocityState:
         self.window_tpm = float(sum(b[1] for b in self.buckets))
         return self._evaluate(now, params, tpm_limit)
 
-    def trip_threshold(self, now_ns: int, params: VelocityParams, tpm_limit: float | None = None) -> float:
+    def trip_threshold(self, now_ns: int, params: VelocityTuning, tpm_limit: float | None = None) -> float:
         """The window rate (tokens/min) at which the breaker trips now (inf when nothing can trip it)."""
         manual = tpm_limit if tpm_limit is not None else params.tpm_limit
         level = float(manual) if manual else math.inf
@@ -255,7 +255,7 @@ class VelocityState:
         oldest = now_ns // _NS_PER_SECOND - VELOCITY_WINDOW_NS // _NS_PER_SECOND
         self.buckets = [b for b in self.buckets if b[0] > oldest]
 
-    def _roll_minute(self, now_ns: int, params: VelocityParams) -> None:
+    def _roll_minute(self, now_ns: int, params: VelocityTuning) -> None:
         minute = now_ns // _NS_PER_MINUTE
         if self.minute is None:
             self.minute, self.minute_tripped = minute, self.tripped
@@ -269,7 +269,7 @@ class VelocityState:
             self.baseline_tpm = float(self.minute_tokens) if base is None else base + alpha * (self.minute_tokens - base)
         self.minute, self.minute_tokens, self.minute_tripped = minute, 0, self.tripped
 
-    def _evaluate(self, now_ns: int, params: VelocityParams, tpm_limit: float | None) -> bool:
+    def _evaluate(self, now_ns: int, params: VelocityTuning, tpm_limit: float | None) -> bool:
         level = self.trip_threshold(now_ns, params, tpm_limit)
         if not self.tripped:
             if self.window_tpm >= level:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from detector.core.escalation import Escalation
 from detector.core.models import Call, Turn, ns_to_ch
-from detector.core.progress import Progress
+from detector.core.progress import ProgressMemory
 from detector.core.rules import FailureStreak, VelocityState
 from detector.core.window import SignalWindow
 
@@ -103,8 +103,9 @@ class ScopeState:
     velocity: dict[str, VelocityState] = field(default_factory=dict)
     instruction: str = ""
     pending_tools: list[Call] = field(default_factory=list)
+    wait_ns: int = 0  # how long the agent waited before its latest model call (the steps it asked for carry it)
     published: tuple[Any, ...] | None = None  # the last decision handed out (not persisted)
-    progress: Progress = field(default_factory=Progress)  # progress evidence: the last steps, the early warning
+    progress: ProgressMemory = field(default_factory=ProgressMemory)  # progress evidence: the last steps, the early warning
     evidence: str = "none"  # what the scope's current escalation rests on (detector.core.progress)
     # What the last decision came from, as the decision check reads it (not persisted): level rank (-1: none
     # yet), confidence to 3 places, dominant signal, break instruction, rule trips. Fields, not one tuple: compiled,
@@ -128,8 +129,8 @@ class ScopeState:
                  request_fps: deque[int] | None = None, calls: int = 0, tokens: int = 0, cost_usd: float = 0.0,
                  first_ns: int = 0, last_ns: int = 0, last_seen_us: int = 0, failure: FailureStreak | None = None,
                  trips: dict[str, RuleTrip] | None = None, velocity: dict[str, VelocityState] | None = None,
-                 instruction: str = "", pending_tools: list[Call] | None = None,
-                 published: tuple[Any, ...] | None = None, progress: Progress | None = None, evidence: str = "none",
+                 instruction: str = "", pending_tools: list[Call] | None = None, wait_ns: int = 0,
+                 published: tuple[Any, ...] | None = None, progress: ProgressMemory | None = None, evidence: str = "none",
                  window: SignalWindow | None = None) -> None:
         self.scope = scope
         self.scope_id = scope_id
@@ -154,8 +155,9 @@ class ScopeState:
         self.velocity = {} if velocity is None else velocity
         self.instruction = instruction
         self.pending_tools = [] if pending_tools is None else pending_tools
+        self.wait_ns = wait_ns
         self.published = published
-        self.progress = Progress() if progress is None else progress
+        self.progress = ProgressMemory() if progress is None else progress
         self.evidence = evidence
         self.from_level = -1
         self.from_confidence = 0.0
@@ -190,6 +192,7 @@ class ScopeState:
             "velocity": {k: v.to_dict() for k, v in self.velocity.items()},
             "instruction": self.instruction,
             "pending_tools": [call_to_compact(c) for c in self.pending_tools],
+            "wait_ns": self.wait_ns,
             "last_seen_us": self.last_seen_us,
             "progress": self.progress.to_json(),
             "evidence": self.evidence,
@@ -225,9 +228,10 @@ class ScopeState:
         state.velocity = {k: VelocityState.from_dict(v) for k, v in data["velocity"].items()}
         state.instruction = data["instruction"]
         state.pending_tools = [call_from_compact(c) for c in data["pending_tools"]]
+        state.wait_ns = int(data.get("wait_ns", 0))
         state.last_seen_us = int(data.get("last_seen_us", 0))
         if "progress" in data:  # states checkpointed before progress evidence have none: they start afresh
-            state.progress = Progress.from_json(data["progress"])
+            state.progress = ProgressMemory.from_json(data["progress"])
             state.from_flag_event = state.progress.flag
         state.evidence = str(data.get("evidence", "none"))
         return state

@@ -15,9 +15,8 @@ import math
 
 from detector.core.signal_values import SignalValues
 from detector.core.similarity import finite
-from detector.settings.config import Weights
 
-__all__ = ["confidence_and_dominant", "ema", "weight_items"]
+__all__ = ["confidence_and_dominant", "ema"]
 
 
 def _clamp(value: float) -> float:
@@ -25,20 +24,6 @@ def _clamp(value: float) -> float:
     if 0.0 <= value <= 1.0:
         return value
     return 1.0 if value > 1.0 and value != math.inf else 0.0
-
-
-_WEIGHTS_CACHE: dict[int, tuple[Weights, tuple[tuple[str, float], ...]]] = {}
-
-
-def weight_items(weights: Weights) -> tuple[tuple[str, float], ...]:
-    """(name, weight) pairs, computed once per Weights object (this runs twice per scored call)."""
-    cached = _WEIGHTS_CACHE.get(id(weights))
-    if cached is None or cached[0] is not weights:
-        if len(_WEIGHTS_CACHE) > 1024:
-            _WEIGHTS_CACHE.clear()
-        cached = (weights, tuple(weights.as_dict().items()))
-        _WEIGHTS_CACHE[id(weights)] = cached
-    return cached[1]
 
 
 def ema(previous: float | None, value: float, alpha: float) -> float:
@@ -55,7 +40,7 @@ def ema(previous: float | None, value: float, alpha: float) -> float:
 def confidence_and_dominant(values: SignalValues, items: tuple[tuple[str, float], ...]) -> tuple[float, str]:
     """The weighted confidence (the sum of weight x signal, clamped to [0, 1]) and the dominant signal (the largest
     weighted contribution; ties: the first in ``SIGNAL_NAMES``; ``'none'`` when every contribution is 0), in one
-    pass. ``items``: the weights as ``(name, weight)`` pairs in ``SIGNAL_NAMES`` order (:func:`weight_items`)."""
+    pass. ``items``: the weights as ``(name, weight)`` pairs in ``SIGNAL_NAMES`` order (``ScoringTuning.weights``)."""
     if len(values) != len(items):
         raise ValueError(f"{len(values)} signal values for {len(items)} weights")
     best_name, best, total, evidence = "none", 0.0, 0.0, False

@@ -32,6 +32,7 @@ from detector.core.decisions import Decision, DecisionBook
 from detector.core.engine import CycleOutput, Engine
 from detector.core.models import Call
 from detector.core.scope_state import ScopeState
+from detector.detection.engine_config import engine_tuning
 from detector.detection.gc_policy import CollectorPolicy
 from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
@@ -42,9 +43,7 @@ from detector.storage.tables import decision_table, event_table, score_table, st
 from detector.storage.transport import Store, insert_rows
 
 __all__ = [
-    "CycleStats", "DELETE_ALL_STATES", "DELETE_CHUNK", "DELETE_STORED", "DetectorJob", "RESET_ALL_DECISIONS",
-    "SELECT_DECISIONS", "SELECT_META", "SELECT_SESSION_TRACES", "SELECT_STATES",
-    "OVER_CAPACITY", "SESSION_EXISTS", "UNSAVED_MERGE_AT", "Versioner",
+    "CycleStats", "DELETE_CHUNK", "DetectorJob", "OVER_CAPACITY", "UNSAVED_MERGE_AT", "Versioner",
 ]
 
 log = logging.getLogger("loop_detector.detector")
@@ -134,7 +133,7 @@ class DetectorJob:
         self.store = store
         self.config = config
         self.book = book
-        self.engine = Engine(config)
+        self.engine = Engine(engine_tuning(config))
         self.lock = threading.RLock()
         self.version = Versioner()
         self.on_cycle = on_cycle if on_cycle is not None else []
@@ -290,7 +289,7 @@ class DetectorJob:
 
     def _withdraw_fallback_sessions(self, trace_ids: list[str], version: int) -> None:
         """Traces whose session became known late: the session scopes they were scored under until then (keyed by
-        the trace id) now live in their sessions' (:meth:`Engine._bind_late_session`); their decisions and stored
+        the trace id) now live in their sessions' (:meth:`detector.core.scope_table.ScopeTable.bind_late_session`); their decisions and stored
         states go."""
         for trace_id in trace_ids:
             self.book.drop(SCOPE_SESSION, trace_id)
@@ -440,14 +439,13 @@ class DetectorJob:
         """Swap the budgets (nothing else changed): no state is cleared, spend totals stay."""
         with self.lock:
             self.config = config
-            self.engine.config = config
-            self.engine.budgets.set_budgets(config.budgets)
+            self.engine.retune(engine_tuning(config))
 
     def reconfigure(self, config: AppConfig) -> None:
         """Apply a new config and clear session state (as specified for hot reload)."""
         with self.lock:
             self.config = config
-            self.engine.reconfigure(config)
+            self.engine.reconfigure(engine_tuning(config))
             self.stored.clear()
             self.book.clear()
             version = self.version()

@@ -100,7 +100,7 @@ class Enforcer:
             candidates.extend(self.preflight.evaluate(
                 session_id=session_id, trace_id=trace_id, rules=self._rules(), now_us=now_us, base=base,
                 request_fingerprint=pending.get("request_fingerprint"), tool_name=pending.get("tool_name"),
-                tool_arguments=pending.get("tool_arguments")))
+                tool_arguments=pending.get("tool_arguments"), tool_evidence=_tool_evidence(pending)))
         best = strongest(candidates)
         assert best is not None
         return best
@@ -148,3 +148,10 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
         if candidate == "*" or candidate.removeprefix("W/") == etag:
             return True
     return False
+
+
+def _tool_evidence(pending: dict[str, Any]) -> int | None:
+    """The app's fingerprint of the tool about to run (``evidence.tool``), if the check carries one."""
+    evidence = pending.get("evidence")
+    tool = evidence.get("tool") if isinstance(evidence, dict) else None
+    return int(tool) if tool is not None else None

@@ -27,7 +27,7 @@ from detector.settings.vocabulary import (
 )
 from detector.storage.transport import Store, insert_rows
 
-__all__ = ["MANUAL_ACTIONS", "ManualAction", "ManualActions", "SELECT_ACTIVE", "manual_event"]
+__all__ = ["MANUAL_ACTIONS", "ManualAction", "ManualActions", "manual_event"]
 
 # scope -> (the action stored in loop_manual, the 429 reason)
 MANUAL_ACTIONS = {SCOPE_SESSION: (MANUAL_BLOCK, REASON_SESSION_BLOCKED), SCOPE_KEY: (MANUAL_REVOKE, REASON_KEY_REVOKED)}

@@ -19,7 +19,7 @@ import orjson
 from detector.settings.config import AppConfig, ConfigError, parse_config
 from detector.storage.transport import Store, insert_rows
 
-__all__ = ["KINDS", "Kind", "PolicyOverrides", "SELECT_OVERRIDES"]
+__all__ = ["KINDS", "Kind", "PolicyOverrides"]
 
 log = logging.getLogger("loop_detector.policy")
 

@@ -175,12 +175,18 @@ class PendingWindows:
 
     def evaluate(self, *, session_id: str, trace_id: str | None, rules: Iterable[Rule], now_us: int,
                  request_fingerprint: str | None = None, tool_name: str | None = None,
-                 tool_arguments: Any = None, base: Decision | None = None) -> list[Decision]:
-        """Record the pending call and return the decisions of the rules it trips (none: it may proceed)."""
+                 tool_arguments: Any = None, tool_evidence: int | None = None,
+                 base: Decision | None = None) -> list[Decision]:
+        """Record the pending call and return the decisions of the rules it trips (none: it may proceed). The tool
+        call is compared by name + canonical arguments: ``tool_arguments`` when the client sent them, else the app's
+        own fingerprint of them (``tool_evidence``, ``evidence.tool`` of the check: the SDKs send no arguments)."""
         rules = [r for r in rules if r.enabled and r.mode == MODE_ENFORCE and r.detector in PENDING_DETECTORS]
         key = self.key(session_id, trace_id)
         req_fp = fingerprint_int(request_fingerprint) if request_fingerprint else 0
-        tool_fp = tool_fingerprint(tool_name, tool_arguments) if tool_name else 0
+        tool_fp = 0
+        if tool_name:
+            tool_fp = (tool_fingerprint(tool_name, tool_arguments) if tool_arguments is not None or tool_evidence is None
+                       else (tool_evidence or 1))
         out: list[Decision] = []
         with self._lock:
             window = self._windows.get(key)

@@ -43,7 +43,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from detector.core.escalation import ACTION_RANK
-from detector.evaluation.baselines import Step, ToolRun, all_baselines
+from detector.evaluation.baselines import StoredCall, ToolRun, all_baselines
 from detector.evaluation.corpus import LEGIT_FAMILIES, LOOP_FAMILIES, CallSpec, Scenario
 from detector.ingest import semconv as sc
 from detector.settings.config import AppConfig, parse_config
@@ -51,8 +51,8 @@ from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_WARN
 
 __all__ = [
     "GroupMetrics", "LOOP_DETECTOR", "LOOP_DETECTOR_PROTECT",
-    "PRESET_TARGETS", "Progress", "Replay", "check_preset_targets", "replay_recorded", "stored_steps_of_traces",
-    "RunScore", "SELECT_CALL_ROWS", "SELECT_CONTENT_HASHES", "System", "TARGET_FP_RATE", "TARGET_MEDIAN_DELAY_WARN",
+    "PRESET_TARGETS", "ProgressBar", "Replay", "check_preset_targets", "replay_recorded", "stored_steps_of_traces",
+    "RunScore", "System", "TARGET_FP_RATE", "TARGET_MEDIAN_DELAY_WARN",
     "TARGET_RECALL_WARN", "baseline_actions", "check_targets", "emit_call", "eval_service_config",
     "evaluate_systems", "render", "replay", "run_cli", "run_eval", "scenario_duration_ns", "schema_fingerprint",
     "score_run", "stored_steps", "wait_for_watermark",
@@ -167,7 +167,7 @@ def scenario_duration_ns(scenario: Scenario) -> int:
 # ============================================================================================ progress
 
 
-class Progress:
+class ProgressBar:
     """A progress bar on stderr (a line per 10% when stderr is not a terminal)."""
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None, enabled: bool = True) -> None:
@@ -226,7 +226,7 @@ class Replay:
 
     config_name: str
     decisions: dict[str, list[dict[str, Any]]]  # scenario id -> the decision read after each call
-    steps: dict[str, list[Any]]  # scenario id -> baseline Step per call (from the stored rows)
+    steps: dict[str, list[Any]]  # scenario id -> baseline StoredCall per call (from the stored rows)
     seconds: float
     calls: int
 
@@ -258,7 +258,7 @@ def eval_service_config(config: AppConfig) -> AppConfig:
 
 
 def replay(scenarios: Sequence[Scenario], config: AppConfig, *, config_name: str = LOOP_DETECTOR,
-           progress: Progress | None = None, data_dir: str | None = None) -> Replay:
+           progress: ProgressBar | None = None, data_dir: str | None = None) -> Replay:
     """Replay every scenario through a fresh in-process service running ``config``; one call of every run
     per round, the decision read after each call."""
     from detector.evaluation.simulate import otlp_tracer, start_run
@@ -345,7 +345,7 @@ WHERE SpanAttributes['gen_ai.conversation.id'] IN {sessions:Array(String)}
 
 
 def stored_steps(store: Any, runs: Sequence[_Run]) -> dict[str, list[Any]]:
-    """The baselines' input: per scenario, one Step per model call, built from the stored rows (tool spans
+    """The baselines' input: per scenario, one StoredCall per model call, built from the stored rows (tool spans
     attached to the model call they followed in the same trace)."""
 
     by_session = {sid: run.scenario.id for run in runs for sid in run.session_ids}
@@ -371,7 +371,7 @@ def stored_steps(store: Any, runs: Sequence[_Run]) -> dict[str, list[Any]]:
         got = built[run.scenario.id]
         if len(got) != len(run.scenario.calls):
             raise RuntimeError(f"{run.scenario.id}: {len(run.scenario.calls)} model calls emitted, {len(got)} stored")
-        steps[run.scenario.id] = [Step(**{**s, "tools": tuple(s["tools"])}) for s in got]
+        steps[run.scenario.id] = [StoredCall(**{**s, "tools": tuple(s["tools"])}) for s in got]
     return steps
 
 
@@ -404,7 +404,7 @@ SELECT span_id, session_id, session_source FROM otel.genai_calls WHERE span_id I
 
 
 def stored_steps_of_traces(store: Any, traces: dict[str, list[str]], expected: dict[str, int]) -> dict[str, list[Any]]:
-    """The baselines' input for runs known by their traces (``traces``: run id -> trace ids): one Step per model
+    """The baselines' input for runs known by their traces (``traces``: run id -> trace ids): one StoredCall per model
     call from the stored rows (tool spans attached to the model call they followed in the same trace)."""
     run_of = {t: rid for rid, ts in traces.items() for t in ts}
     every = list(run_of)
@@ -428,12 +428,12 @@ def stored_steps_of_traces(store: Any, traces: dict[str, list[str]], expected: d
         got = built[rid]
         if len(got) != n:
             raise RuntimeError(f"{rid}: {n} model calls sent, {len(got)} stored")
-        out[rid] = [Step(**{**st, "tools": tuple(st["tools"])}) for st in got]
+        out[rid] = [StoredCall(**{**st, "tools": tuple(st["tools"])}) for st in got]
     return out
 
 
 def replay_recorded(recordings: Sequence[Any], config: AppConfig, *, config_name: str = LOOP_DETECTOR,
-                    progress: Progress | None = None, data_dir: str | None = None) -> Replay:
+                    progress: ProgressBar | None = None, data_dir: str | None = None) -> Replay:
     """Replay recorded sessions (:mod:`detector.evaluation.recorded`) through a fresh in-process service running
     ``config``: every timestamp moved so that each session ends about now (gaps kept), the spans posted as OTLP/JSON
     to the receiver call by call (what had ended by the end of each LLM call), one call of every session per round;
@@ -823,7 +823,7 @@ def run_eval(scenarios: Sequence[Any], config: AppConfig | None = None, *, confi
     total = sum(len(s.calls) for s in scenarios)
     replays: list[Replay] = []
     for i, (name, cfg) in enumerate(configs):
-        bar = Progress(total, f"eval {i + 1}/{len(configs)} ({name})", stream=stream, enabled=progress)
+        bar = ProgressBar(total, f"eval {i + 1}/{len(configs)} ({name})", stream=stream, enabled=progress)
         run = replay_recorded if recorded else replay
         replays.append(run(scenarios, cfg, config_name=name, progress=bar))
         bar.close()
@@ -870,6 +870,8 @@ def run_cli(args: Any) -> int:
     )
     from detector.settings.config import ConfigError, load_config
 
+    if getattr(args, "real_runs", None):
+        return _real_runs_cli(args)
     families = [f.strip() for f in args.families.split(",")] if args.families else None
     if families:
         unknown = sorted(set(families) - set(FAMILIES)) if not (args.corpus or getattr(args, "recorded", False)) else []
@@ -910,7 +912,7 @@ def run_cli(args: Any) -> int:
     label = LOOP_DETECTOR if not args.config else f"{LOOP_DETECTOR} ({Path(args.config).name})"
     metrics = run_eval(scenarios, config, config_label=label, blocking_pass=not args.no_blocking_pass,
                        progress=not args.quiet)
-    source = ("recorded (detector/evaluation/recordings)" if getattr(args, "recorded", False) else args.corpus) or \
+    source = (f"recorded ({recorded_dir})" if recorded_dir is not None else args.corpus) or \
         f"built-in (seed {seed}, {variants} per family)"
     metrics["corpus"] = {"source": source,
                          "runs": len(scenarios), "loop_runs": sum(s.label == "loop" for s in scenarios),
@@ -929,13 +931,35 @@ def run_cli(args: Any) -> int:
     return 0
 
 
+def _real_runs_cli(args: Any) -> int:
+    """``loop-detector eval --real-runs FILE``: the yardstick (:mod:`detector.evaluation.real_runs`)."""
+    from detector.evaluation.real_runs import LABELS_FILE, load_labels, load_real_runs, render_real_eval, run_real_eval
+
+    try:
+        runs = load_real_runs(args.real_runs)
+        labels = load_labels(args.labels or LABELS_FILE)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot read the real runs: {exc}", file=sys.stderr)
+        return 2
+    if not any(r.id in labels for r in runs):
+        print("none of the runs has a label: rebuild them with extract.py (corpora/real-runs/README.md)", file=sys.stderr)
+        return 2
+    report = run_real_eval(runs, labels, presets=("default",) if args.no_blocking_pass else ("default", "protect"),
+                           tool_errors=args.tool_errors, progress=not args.quiet)
+    print(render_real_eval(report, markdown=args.markdown))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        print(f"results written to {args.json}", file=sys.stderr)
+    return 0
+
+
 def _recorded_dir(args: Any) -> Path | None:
-    """The recorded corpus to evaluate: ``--recorded`` (the one installed with the package), or ``--corpus DIR``
-    when DIR holds a ``manifest.json`` (recordings, rather than scenario files)."""
+    """The recorded corpus to evaluate: ``--recorded`` (the repository's ``recordings/``, or ``--recordings DIR``),
+    or ``--corpus DIR`` when DIR holds a ``manifest.json`` (recordings, rather than scenario files)."""
     from detector.evaluation.recorded import recordings_dir
 
-    if getattr(args, "recorded", False):
-        return recordings_dir()
+    if getattr(args, "recorded", False) or getattr(args, "recordings", None):
+        return recordings_dir(getattr(args, "recordings", None))
     if args.corpus and (Path(args.corpus) / "manifest.json").is_file():
         return Path(args.corpus)
     return None

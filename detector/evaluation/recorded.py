@@ -1,7 +1,9 @@
 """The recorded corpus: agent runs recorded from real frameworks (``recordings/``), replayed through the pipeline.
 
 Each recording is one session as a framework's own OpenTelemetry instrumentation exported it (an OTLP/JSON
-``ExportTraceServiceRequest``), labeled in ``recordings/manifest.json`` (``recordings/README.md``). The replay
+``ExportTraceServiceRequest``), labeled in ``recordings/manifest.json`` (``recordings/README.md``). The corpus
+(17 MB) lives in the repository, not in the installed package: a server never reads it, so the runtime wheel does
+not carry it; :func:`recordings_dir` finds it. The replay
 (:func:`detector.evaluation.evaluate.replay_recorded`) shifts every timestamp so that the session ends about now,
 keeping every gap, and posts the spans to the running service's OTLP/HTTP receiver call by call: before the
 decision read after the k-th LLM call, every span that had ended by the end of that call (its tool spans of the
@@ -14,21 +16,39 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LLM_OPERATIONS", "RECORDINGS_DIR", "Recording", "is_llm_span", "load_recordings", "recordings_dir"]
+__all__ = ["LLM_OPERATIONS", "RECORDINGS_ENV", "Recording", "is_llm_span", "load_recordings", "recordings_dir"]
 
-RECORDINGS_DIR = Path(__file__).resolve().parent / "recordings"
+RECORDINGS_ENV = "LOOP_DETECTOR_RECORDINGS"
+# the repository's recordings/, when this package runs from a checkout (an editable install, or PYTHONPATH=.)
+_CHECKOUT_RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 _TIME_FIELDS = ("startTimeUnixNano", "endTimeUnixNano")
 
 
-def recordings_dir() -> Path:
-    """The recorded corpus installed with the package."""
-    return RECORDINGS_DIR
+def recordings_dir(directory: str | os.PathLike[str] | None = None) -> Path:
+    """Where the recorded corpus is: ``directory`` (``loop-detector eval --recordings DIR``), else
+    ``$LOOP_DETECTOR_RECORDINGS``, else the ``recordings/`` folder of the checkout this package runs from, else
+    ``./recordings``. A directory is the corpus when it holds a ``manifest.json``; none: ``FileNotFoundError``, with
+    where it looked and how to point it elsewhere."""
+    if directory:
+        candidates = [Path(directory)]
+    elif os.environ.get(RECORDINGS_ENV):
+        candidates = [Path(os.environ[RECORDINGS_ENV])]
+    else:
+        candidates = [_CHECKOUT_RECORDINGS, Path.cwd() / "recordings"]
+    for candidate in candidates:
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
+    raise FileNotFoundError(f"no recorded corpus (a manifest.json) in {looked}: the corpus is the repository's "
+                            f"recordings/ folder, not part of the installed package; run from a checkout, or point "
+                            f"to it with --recordings DIR or ${RECORDINGS_ENV}")
 
 
 def _attrs(span: dict[str, Any]) -> dict[str, str]:
@@ -85,14 +105,16 @@ class Recording:
         return max(s.end for s in self.spans) - min(s.start for s in self.spans)
 
     def batches(self) -> list[list[_Span]]:
-        """What is sent before the decision read after each LLM call: every span that ended by the end of that
-        call and was not sent yet, in end order; the spans left after the last call come with the last batch's
-        successor (:meth:`rest`)."""
+        """What is sent before the decision read after each LLM call: every span not sent yet that ended before the
+        next LLM call started (the call itself, and the tools it ran: the agent checks before its next call), in end
+        order; after the last call, what ended by its end. The spans left (the run's own) come with :meth:`rest`."""
         by_end = sorted(self.spans, key=lambda s: (s.end, s.start))
+        calls = self.calls
         sent: set[int] = set()
         out = []
-        for call in self.calls:
-            batch = [s for s in by_end if id(s) not in sent and (s.end <= call.end or s is call)]
+        for k, call in enumerate(calls):
+            until = calls[k + 1].start if k + 1 < len(calls) else call.end
+            batch = [s for s in by_end if id(s) not in sent and (s.end <= max(until, call.end) or s is call)]
             sent.update(id(s) for s in batch)
             out.append(batch)
         self._rest = [s for s in by_end if id(s) not in sent]
@@ -123,7 +145,7 @@ class Recording:
 def load_recordings(directory: str | Path | None = None, files: Iterable[str] | None = None) -> list[Recording]:
     """The recordings of a corpus directory (``manifest.json`` + ``otlp/*.json``), sorted by id; ``files``: only
     those (names without ``.json``)."""
-    root = Path(directory) if directory is not None else RECORDINGS_DIR
+    root = recordings_dir(directory)
     manifest = json.loads((root / "manifest.json").read_text())
     wanted = set(files) if files is not None else None
     out = []

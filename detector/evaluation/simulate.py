@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from detector.ingest import semconv as sc
 
-__all__ = ["Step", "ToolCall", "emit_step", "otlp_tracer", "start_run", "wait_for_detector"]
+__all__ = ["SimulatedStep", "ToolCall", "emit_step", "otlp_tracer", "start_run", "wait_for_detector"]
 
 
 @dataclass
@@ -38,7 +38,7 @@ class ToolCall:
 
 
 @dataclass
-class Step:
+class SimulatedStep:
     """One agent step: a model call (which may ask for tools) and the tools it ran."""
 
     user_text: str = ""
@@ -66,8 +66,8 @@ def otlp_tracer(endpoint: str, service_name: str = "demo-agent",
         provider.shutdown()
 
 
-def emit_step(tracer: Tracer, step: Step, *, session_id: str | None, start_ns: int, capture_content: bool = True,
-              virtual_key: str | None = None, feature: str | None = None,
+def emit_step(tracer: Tracer, step: SimulatedStep, *, session_id: str | None, start_ns: int,
+              capture_content: bool = True, virtual_key: str | None = None, feature: str | None = None,
               history: list[dict[str, Any]] | None = None, parent: otel_context.Context | None = None) -> int:
     """Emit the spans of one step starting at ``start_ns``; returns the time the step ended.
 

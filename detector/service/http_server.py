@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Generator
 from typing import Any
 
@@ -26,7 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from detector.settings.config import HttpSettings
 
-__all__ = ["ListenError", "Server", "TimedHttpToolsProtocol", "bind", "make_server"]
+__all__ = ["Server", "TimedHttpToolsProtocol", "make_server"]
 
 
 class TimedHttpToolsProtocol(HttpToolsProtocol):
@@ -85,25 +84,6 @@ class Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-class ListenError(OSError):
-    """A listener could not be opened (``serve`` refuses to start with this message)."""
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (port 0: a free one; ``getsockname()`` says which)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:  # in use, not this host's address, a privileged port: say which, without a traceback
-        sock.close()
-        raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 def make_server(app: Any, settings: HttpSettings, **ssl: Any) -> Server:

@@ -17,7 +17,6 @@ import secrets
 import signal
 import socket
 import ssl
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,8 +41,10 @@ from detector.ingest.grpc_receiver import GrpcBindError, OTLPGrpcReceiver
 from detector.ingest.metrics import IngestMetrics
 from detector.ingest.receiver import create_otlp_app
 from detector.service.cycle_loop import CycleLoop
-from detector.service.http_server import ListenError, Server, bind, make_server
-from detector.service.logs import TransitionLogger
+from detector.service.data_dir import private_directory
+from detector.service.http_server import Server, make_server
+from detector.service.listeners import OTLP_GRPC, ListenError, Listeners, open_listeners
+from detector.service.log_output import TransitionLogger
 from detector.service.memory import estimate_bytes
 from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
@@ -55,7 +56,7 @@ from detector.storage.transport import Store, open_store
 __all__ = [
     "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "CLICKHOUSE_PASSWORD_ENV",
     "CLICKHOUSE_PASSWORD_FILE", "Endpoints", "INGEST_JOURNAL_DIR", "OTLP_TOKEN_ENV", "Service", "api_token_required",
-    "free_port", "is_loopback", "otlp_tokens", "private_directory", "resolve_admin_token", "resolve_api_token",
+    "free_port", "is_loopback", "otlp_tokens", "resolve_admin_token", "resolve_api_token",
     "resolve_clickhouse_password", "running_service",
 ]
 
@@ -115,18 +116,6 @@ def resolve_clickhouse_password(config: AppConfig, data_dir: Path) -> str:
     ``$LOOP_DETECTOR_CLICKHOUSE_PASSWORD``, else ``<data-dir>/clickhouse-password``."""
     return _resolve_token(config.clickhouse_http.password, CLICKHOUSE_PASSWORD_ENV,
                           data_dir / CLICKHOUSE_PASSWORD_FILE, "ClickHouse HTTP password")
-
-
-def private_directory(path: Path) -> None:
-    """Create the data directory readable by its owner only (it holds the spans: prompts and responses), and
-    tighten an existing one that this user owns (0700: nothing below it is reachable by other users)."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        if path.stat().st_uid == os.getuid() and stat.S_IMODE(path.stat().st_mode) & 0o077:
-            os.chmod(path, 0o700)
-            log.warning("data directory %s was readable by other users: now 0700", path)
-    except OSError as exc:
-        log.warning("cannot restrict the data directory %s to its owner: %s", path, exc.strerror)
 
 
 def otlp_tokens(config: AppConfig) -> list[str]:
@@ -330,10 +319,19 @@ class Service:
         """Open the HTTP listening sockets (port 0: a free one): OTLP, API, and the ClickHouse endpoint when it is
         configured (on ``clickhouse_port``, else the configured port); the endpoints say which ports they got. The
         OTLP/gRPC receiver binds when :meth:`serve` starts it."""
-        self._sockets = [bind(host, otlp_port), bind(host, api_port)]
+        port = None
         if self.clickhouse_app is not None:
             port = clickhouse_port if clickhouse_port is not None else self.config.clickhouse_http.port
-            self._sockets.append(bind(host, port if port is not None else 0))
+            port = port if port is not None else 0
+        return self.listen_on(open_listeners(host, otlp_port, api_port, port))
+
+    def listen_on(self, listeners: Listeners) -> Endpoints:
+        """Serve on sockets bound already (``serve`` binds them before it creates anything: :mod:`listeners`)."""
+        if (listeners.clickhouse is None) != (self.clickhouse_app is None):
+            listeners.close()
+            raise ValueError("a ClickHouse HTTP listener without the endpoint configured, or the other way round")
+        host = listeners.host
+        self._sockets = [s for s in (listeners.otlp, listeners.api, listeners.clickhouse) if s is not None]
         self.host = host
         self.api_token_required = api_token_required(self.config.api.require_api_token, host)
         if self.api_token_required:
@@ -361,8 +359,10 @@ class Service:
         if otlp_grpc_port is not None:
             try:
                 port = await self.grpc_receiver.start(self.host, otlp_grpc_port)
-            except GrpcBindError as exc:  # the bind alone: a TLS file that cannot be read is not a port in use
-                raise ListenError(exc.errno, exc.strerror) from None
+            except GrpcBindError:  # the bind alone: a TLS file that cannot be read is not a port in use
+                raise ListenError(self.host, otlp_grpc_port, OTLP_GRPC, "in use, or not an address of this host",
+                                  f"choose another port with {OTLP_GRPC.flag} (0: a free one), or --no-otlp-grpc"
+                                  ) from None
             self.endpoints.otlp_grpc = f"{_url_host(self.host)}:{port}"
         servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
                    make_server(self.api_app, self.config.http)]

@@ -377,12 +377,13 @@ def default_rules() -> list[Rule]:
 
 
 def protect_rules() -> list[dict[str, Any]]:
-    """The rules of the ``protect`` preset: the defaults (notify), plus blocking that is safe for honest work: calls
-    repeating without progress (trace and session scope, exact or fuzzy evidence, 3 in a row) and the failure loop
-    (result- and backoff-aware; it clears when the streak ends)."""
+    """The rules of the ``protect`` preset: the defaults (notify), plus blocking that is safe for honest work: a loop
+    resting on exact evidence, by its 4th wasted step (trace and session scope), and the failure loop (result-aware;
+    it clears when the streak ends). docs/detection-quality.md measures that no honest real run is blocked."""
     return [
         {"name": "Loop: Exact prompt repeat", "detector": DETECTOR_EXACT_PROMPT_REPEAT, "action": RULE_NOTIFY},
-        {"name": "Loop: No progress", "detector": DETECTOR_NO_PROGRESS, "action": RULE_BLOCK},
+        {"name": "Loop: No progress", "detector": DETECTOR_NO_PROGRESS, "action": RULE_BLOCK,
+         "params": {"wasted_calls": 4, "min_evidence": "exact"}},
         {"name": "Loop: Failure loop", "detector": DETECTOR_FAILURE_LOOP, "action": RULE_BLOCK},
         {"name": "Loop: Per-trace call cap", "detector": DETECTOR_TRACE_CAP, "action": RULE_NOTIFY,
          "params": {"unit": "calls", "threshold": 25}},

@@ -50,7 +50,7 @@ def load_totals(store: Store, tracker: BudgetTracker, config: AppConfig, shard_k
     index, count = config.detector.shard_index, config.detector.shard_count
     totals: dict[tuple[str, str, str], float] = defaultdict(float)
     month = period_key("month", int(time.time() * 1e6))
-    prices = PriceBook(config)
+    prices = PriceBook({model: (p.input_per_million, p.output_per_million) for model, p in config.prices.items()})
     for r in store.rows(SELECT_MONTH_SPEND, {"watermark": watermark_us, "shards": count, "shard": index}):
         priced = Call(ts_ns=0, trace_id="", span_id="", session_id="", model=r["model"],
                       input_tokens=int(r["input_tokens"]), output_tokens=int(r["output_tokens"]))

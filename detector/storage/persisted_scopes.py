@@ -22,7 +22,7 @@ from typing import Any
 
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
 
-__all__ = ["Key", "SELECT_STORED_SCOPES", "StoredIndex", "StoredScope"]
+__all__ = ["Key", "StoredIndex", "StoredScope"]
 
 Key = tuple[str, str]  # (scope, scope_id)
 

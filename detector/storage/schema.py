@@ -22,16 +22,23 @@ __all__ = ["SQL_DIR_ENV", "VIEW_KEY_PREFIX", "apply_schema", "committed_cluster_
 SQL_DIR_ENV = "LOOP_DETECTOR_SQL_DIR"
 
 
+# Where an installed package carries the repository's clickhouse/ (setup.py copies the whole folder into the wheel)
+PACKAGED_DDL = Path(__file__).resolve().parent / "clickhouse"
+# The repository's clickhouse/, when the package runs from its checkout (an editable install reads the source)
+CHECKOUT_DDL = Path(__file__).resolve().parents[2] / "clickhouse"
+
+
 def sql_dir() -> Path:
-    """Where the DDL lives: ``clickhouse/`` at the repository root (or ``$LOOP_DETECTOR_SQL_DIR``)."""
+    """Where the DDL lives: ``$LOOP_DETECTOR_SQL_DIR``, else the copy an installed package carries, else the
+    checkout's ``clickhouse/``. A directory counts when it holds the numbered DDL files."""
     env = os.environ.get(SQL_DIR_ENV)
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent.parent / "clickhouse", here / "clickhouse"):
-        if candidate.is_dir():
+    for candidate in (PACKAGED_DDL, CHECKOUT_DDL):
+        if any(candidate.glob("[0-9][0-9][0-9]_*.sql")):
             return candidate
-    raise StoreError(f"DDL directory not found; set {SQL_DIR_ENV}")
+    raise StoreError(f"the DDL (clickhouse/*.sql) is in neither {PACKAGED_DDL} nor {CHECKOUT_DDL}: reinstall the "
+                     f"package from a wheel or a checkout, or point {SQL_DIR_ENV} at a copy of clickhouse/")
 
 
 def split_statements(text: str) -> list[str]:

@@ -14,6 +14,8 @@ detector a clean watermark: an insert either committed before a cycle's read or 
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import re
 import threading
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLICKHOUSE_URL_ENV", "ChdbStore", "RawResult", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError",
-    "chdb_param",
+    "chdb_holder", "chdb_param",
     "encode_rows", "insert_rows", "open_store", "redact_url",
 ]
 
@@ -141,6 +143,28 @@ def _parse_json_lines(data: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.splitlines() if line]
 
 
+def chdb_holder(path: Path) -> str | None:
+    """The process that has the chDB directory ``path`` open, or None. chDB (the ClickHouse server inside it) writes
+    its pid and start time into ``status`` and holds an exclusive ``flock`` on it while it runs; opening the
+    directory from a second process fails, with the reason only on chDB's stderr. Asked first, it can be named."""
+    try:
+        fd = os.open(path / "status", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fields = dict(line.split(": ", 1) for line in os.read(fd, 4096).decode(errors="replace").splitlines()
+                      if ": " in line)
+        started = f", started {fields['Started at']}" if "Started at" in fields else ""
+        return f"process {fields.get('PID', '?')}{started}"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock, if it was taken
+    return None
+
+
 class ChdbStore:
     """The embedded store: chDB over a persistent data directory, one lock for every statement (reentrant: a run
     of statements may hold it, :meth:`exclusive`)."""
@@ -151,6 +175,10 @@ class ChdbStore:
         self.path = Path(data_dir) / "chdb"
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        holder = chdb_holder(self.path)
+        if holder is not None:
+            raise StoreError(f"the chDB data directory {self.path} is in use by {holder} (chDB opens a directory from "
+                             "one process at a time): stop it, or use another data directory")
         try:
             self._session = chdb_session.Session(str(self.path))
         except Exception as exc:  # chDB raises plain RuntimeErrors
@@ -232,10 +260,18 @@ class ServerStore:
         import clickhouse_connect
 
         self.url = url
+        # the driver's and urllib3's warnings about a failed first request would only repeat the error below
+        quiet = {name: logging.getLogger(name) for name in ("clickhouse_connect", "urllib3")}
+        levels = {name: logger.level for name, logger in quiet.items()}
+        for logger in quiet.values():
+            logger.setLevel(logging.ERROR)
         try:
             self._client = clickhouse_connect.get_client(dsn=url, settings=dict(SESSION_SETTINGS))
         except Exception as exc:
-            raise StoreError(f"cannot connect to ClickHouse at {redact_url(url)}: {exc}") from exc
+            raise StoreError(f"cannot reach ClickHouse at {redact_url(url)}: {_root_reason(exc)}") from exc
+        finally:
+            for name, logger in quiet.items():
+                logger.setLevel(levels[name])
         self._lock = threading.RLock()  # one client, one statement at a time (reentrant: exclusive())
 
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
@@ -290,6 +326,20 @@ class ServerStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _root_reason(exc: BaseException) -> str:
+    """The innermost operating-system reason of a chain of wrapped errors (``Connection refused``, a name that does
+    not resolve), else the first line of the outermost message: what a person can act on, in one line."""
+    seen: BaseException | None = exc
+    reason = ""
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            reason = seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    if not reason:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return redact_url(reason)
 
 
 def redact_url(url: str) -> str:

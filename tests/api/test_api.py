@@ -186,6 +186,66 @@ class TestLiveService:
         assert r.status_code == 200
 
 
+    EVIDENCE = {"version": 1, "request": "18446744073709551615", "input": "0", "input_simhash": "2722205540",
+                "input_empty": False, "input_chars": 120}
+
+    def test_pending_evidence_is_accepted_beside_the_old_fields(self, svc):
+        """The app's fingerprints (``pending.evidence``) of a model call and of a tool run; a client that sends
+        none is answered as before."""
+        _, eps = svc
+        session = uid("evidence")
+        r = check(eps.api, session_id=session, pending={"request_fingerprint": "abc", "evidence": self.EVIDENCE})
+        assert r.status_code == 200 and r.json()["action"] == "allow"
+        tool = {"version": 1, "tool": "42", "tool_args": "7", "tool_args_simhash": "0"}
+        assert check(eps.api, session_id=session, pending={"tool_name": "t", "evidence": tool}).status_code == 200
+        assert check(eps.api, session_id=session, pending={"evidence": {"version": 1}}).status_code == 200
+
+    @pytest.mark.parametrize(("evidence", "field", "says"), [
+        ({"version": 2}, "version", "1"),
+        ({}, "version", "required"),
+        ({"version": 1, "request": 5}, "request", "string"),
+        ({"version": 1, "request": "-1"}, "request", "pattern"),
+        ({"version": 1, "input": "0x1f"}, "input", "pattern"),
+        ({"version": 1, "input": "007"}, "input", "pattern"),
+        ({"version": 1, "input_simhash": "18446744073709551616"}, "input_simhash", "2**64 - 1"),
+        ({"version": 1, "input_simhash": "1" * 21}, "input_simhash", "20"),
+        ({"version": 1, "input_chars": -1}, "input_chars", "greater than or equal"),
+        ({"version": 1, "input_empty": "maybe"}, "input_empty", "bool"),
+        ({"version": 1, "text": "the prompt"}, "text", "Extra inputs"),
+    ], ids=["version", "no-version", "number", "negative", "hex", "leading-zero", "beyond-64-bits", "too-long",
+            "negative-size", "not-bool", "extra-field"])
+    def test_invalid_evidence_is_a_precise_422(self, svc, evidence, field, says):
+        _, eps = svc
+        r = check(eps.api, session_id="s", pending={"request_fingerprint": "x", "evidence": evidence})
+        assert r.status_code == 422, r.text
+        errors = r.json()["detail"]
+        assert any(e["loc"][:3] == ["pending", "evidence", field] and says in e["msg"] for e in errors), errors
+
+    def test_tool_evidence_needs_a_tool_name(self, svc):
+        _, eps = svc
+        r = check(eps.api, session_id="s", pending={"evidence": {"version": 1, "tool": "42"}})
+        assert r.status_code == 422 and "needs tool_name" in r.text
+
+    def test_pending_tool_call_repeats_by_its_fingerprint_alone(self, svc):
+        """A guard sends the tool's fingerprint, not its arguments: the same call back to back still trips the
+        failure-loop rule before it runs."""
+        _, eps = svc
+        session, trace = uid("tool-evidence"), uid("trace")
+        pending = {"tool_name": "read_file", "evidence": {"version": 1, "tool": "123456789"}}
+        codes = [check(eps.api, session_id=session, trace_id=trace, pending=pending).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        other = {"tool_name": "read_file", "evidence": {"version": 1, "tool": "987654321"}}
+        assert check(eps.api, session_id=session, trace_id=trace, pending=other).status_code == 200
+
+    def test_the_openapi_schema_documents_the_evidence(self, svc):
+        _, eps = svc
+        schemas = httpx.get(f"{eps.api}/openapi.json").json()["components"]["schemas"]
+        evidence = schemas["PendingEvidence"]
+        assert set(evidence["properties"]) == {"version", "request", "input", "input_simhash", "input_empty",
+                                               "input_chars", "tool", "tool_args", "tool_args_simhash"}
+        assert evidence["required"] == ["version"] and evidence["additionalProperties"] is False
+        assert "evidence" in schemas["Pending"]["properties"]
+
     # -- manual actions, block list, budget status ---------------------------------------------------------------
     def test_manual_block_and_revoke_and_blocklist_etag(self, svc):
         service, eps = svc

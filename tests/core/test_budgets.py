@@ -13,10 +13,12 @@ import time
 import httpx
 import pytest
 from support.enforcement import agent, make_config, uid
+from support.engines import make_engine
 
 from detector.core.budgets import BudgetTracker, period_end_us, period_key
-from detector.core.engine import Engine
 from detector.core.models import Call
+from detector.core.tuning import BudgetSpec
+from detector.detection.engine_config import budget_specs, engine_tuning
 from detector.service.process import running_service
 from detector.settings.config import Budget, parse_config
 from detector.storage.budget_totals import load_totals
@@ -27,8 +29,9 @@ DAY2 = calendar.timegm((2027, 1, 1, 1, 0, 0)) * 10**6
 
 
 def budget(name: str, scope: str = "feature", match: str = "*", limit: float = 1.0, period: str = "day",
-           action: str = "block") -> Budget:
-    return Budget(name=name, scope=scope, match=match, limit_usd=limit, period=period, action=action)  # type: ignore[arg-type]
+           action: str = "block") -> BudgetSpec:
+    return budget_specs([Budget(name=name, scope=scope, match=match, limit_usd=limit, period=period,  # type: ignore[arg-type]
+                                action=action)])[0]
 
 
 def spend(tracker: BudgetTracker, usd: float, ts_us: int = DAY1, session: str = "s1", key: str = "k1",
@@ -117,7 +120,7 @@ def test_engine_accounts_each_call_once_and_emits_budget_events():
                      "period": "day", "action": "block"},
                     {"name": "run alert", "scope": "session", "limit_usd": 0.7, "period": "run", "action": "alert"},
                     {"name": "free key", "scope": "key", "match": "free", "limit_usd": 0, "action": "block"}]})
-    engine = Engine(config)
+    engine = make_engine(config)
     out = engine.process([call(0), call(1, cost=0.3)])  # the span's own cost wins over the price table
     assert [(e["rule_name"], e["action"], e["scope_id"]) for e in out.events if e["kind"] == "budget"] == [
         ("search daily", "block", "search")]
@@ -125,7 +128,7 @@ def test_engine_accounts_each_call_once_and_emits_budget_events():
     budget_events = [(e["rule_name"], e["action"], e["scope_id"]) for e in out.events if e["kind"] == "budget"]
     assert budget_events == [("run alert", "alert", "s1"), ("free key", "block", "free")]
     assert engine.budgets.totals[("session", "s1")]["run"] == pytest.approx(1.05)
-    engine.reconfigure(config)  # a reload clears session state, never the money spent
+    engine.reconfigure(engine_tuning(config))  # a reload clears session state, never the money spent
     assert engine.budgets.totals[("session", "s1")]["run"] == pytest.approx(1.05)
 
 
@@ -141,9 +144,9 @@ def test_budgets_end_to_end_with_restart(tmp_path):
     config = make_config(prices=prices, budgets=budgets, rules=[])
     session, key = uid("b"), uid("vk")
     from detector.cli.demo import healthy_step
-    from detector.evaluation.simulate import Step
+    from detector.evaluation.simulate import SimulatedStep
 
-    def step(i: int) -> Step:
+    def step(i: int) -> SimulatedStep:
         s = healthy_step(i)
         s.input_tokens, s.output_tokens = 500, 0
         return s
@@ -183,7 +186,7 @@ def test_budgets_end_to_end_with_restart(tmp_path):
     store = ChdbStore(tmp_path)
     try:
         store.command("ALTER TABLE otel.loop_meta DELETE WHERE startsWith(key, 'budget:') SETTINGS mutations_sync = 1")
-        tracker = BudgetTracker(config.budgets)
+        tracker = BudgetTracker(budget_specs(config.budgets))
         assert load_totals(store, tracker, config, "0/1", watermark) > 0
         assert tracker.spent("feature", "search", "day", int(time.time() * 1e6)) == pytest.approx(1.0)
         assert tracker.spent("key", key, "month", int(time.time() * 1e6)) == pytest.approx(1.0)

@@ -8,10 +8,13 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.calls import healthy, llm, looping
+from support.engines import make_engine
 
-from detector.core.engine import Engine, round_unit
+from detector.core.engine import Engine
 from detector.core.models import Call
+from detector.core.publishing import round_unit
 from detector.core.scope_state import ScopeState
+from detector.detection.engine_config import engine_tuning
 from detector.settings.config import AppConfig, Rule, parse_config
 
 
@@ -20,7 +23,7 @@ def final_levels(engine: Engine) -> dict[tuple[str, str], str]:
 
 
 def test_stuck_tool_loop_escalates_session_and_trace():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     out = engine.process(looping(12))
     assert engine.states[("session", "s1")].level in ("throttle", "inject", "hard_stop")
     assert engine.states[("trace", "t1")].level == engine.states[("session", "s1")].level
@@ -34,14 +37,14 @@ def test_stuck_tool_loop_escalates_session_and_trace():
 
 
 def test_healthy_run_stays_allow():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     out = engine.process(healthy(20))
     assert all(d.action == "allow" for d in out.decisions), [(d.scope, d.action) for d in out.decisions]
     assert not [e for e in out.events if e["kind"] == "escalation"]
 
 
 def test_tool_spans_without_session_join_their_trace_session():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     engine.process(looping(3))
     assert ("session", "t1") not in engine.states  # the tool span's fallback session is never scored
     assert engine.states[("trace", "t1")].session_id == "s1"
@@ -50,21 +53,21 @@ def test_tool_spans_without_session_join_their_trace_session():
 def test_exact_repeat_rule_blocks_trace_in_enforce_and_not_in_dry_run():
     rules = [{"name": "stop-repeat", "detector": "exact_prompt_repeat", "action": "block", "mode": "enforce"},
              {"name": "watch-repeat", "detector": "exact_prompt_repeat", "action": "block", "mode": "dry_run"}]
-    engine = Engine(parse_config({"rules": rules}))
+    engine = make_engine(parse_config({"rules": rules}))
     out = engine.process([llm(i, request_fp=777) for i in range(3)])
     trace = next(d for d in out.decisions if d.scope == "trace")
     assert trace.action == "block" and trace.detector == "exact_prompt_repeat" and trace.rule_name == "stop-repeat"
     trips = [e for e in out.events if e["kind"] == "rule"]
     assert {(e["rule_name"], e["mode"]) for e in trips} == {("stop-repeat", "enforce"), ("watch-repeat", "dry_run")}
 
-    dry = Engine(parse_config({"rules": [rules[1]]}))
+    dry = make_engine(parse_config({"rules": [rules[1]]}))
     out = dry.process([llm(i, request_fp=777) for i in range(3)])
     assert all(d.action == "allow" for d in out.decisions if d.scope == "trace")
     assert [e["mode"] for e in out.events if e["kind"] == "rule"] == ["dry_run"]
 
 
 def test_two_step_cycle_notify_rule_records_but_never_changes_the_decision():
-    engine = Engine(AppConfig())  # the default notify-only rules
+    engine = make_engine(AppConfig())  # the default notify-only rules
     out = engine.process([llm(i, request_fp=[1, 2][i % 2]) for i in range(4)])
     trips = [e for e in out.events if e["kind"] == "rule"]
     assert [(e["detector"], e["action"], e["message"]) for e in trips] == [
@@ -73,7 +76,7 @@ def test_two_step_cycle_notify_rule_records_but_never_changes_the_decision():
 
 
 def test_default_trace_call_cap_notifies_at_25_calls():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     out = engine.process(healthy(24))
     assert not [e for e in out.events if e["kind"] == "rule" and e["detector"] == "trace_cap"]
     out = engine.process([llm(24)])
@@ -81,7 +84,7 @@ def test_default_trace_call_cap_notifies_at_25_calls():
 
 
 def test_cost_comes_from_price_table_when_span_has_none():
-    engine = Engine(parse_config({"prices": {"gpt-4o": {"input_per_million": 2.5, "output_per_million": 10.0}}}))
+    engine = make_engine(parse_config({"prices": {"gpt-4o": {"input_per_million": 2.5, "output_per_million": 10.0}}}))
     call = dataclasses.replace(llm(0), model="gpt-4o-2024-08-06", input_tokens=1_000_000, output_tokens=100_000)
     engine.process([call])
     assert engine.states[("session", "s1")].cost_usd == 2.5 + 1.0
@@ -90,7 +93,7 @@ def test_cost_comes_from_price_table_when_span_has_none():
 def run_in_chunks(calls: list[Call], cuts: list[int], restart: bool) -> tuple[list, dict]:
     """Process ``calls`` split at ``cuts``; with ``restart``, every chunk starts from persisted state."""
     config = AppConfig()
-    engine = Engine(config)
+    engine = make_engine(config)
     scores, decisions = [], {}
     bounds = [0, *sorted(set(cuts)), len(calls)]
     for a, b in zip(bounds, bounds[1:], strict=False):
@@ -99,7 +102,7 @@ def run_in_chunks(calls: list[Call], cuts: list[int], restart: bool) -> tuple[li
             for r, st in zip(rows, engine.states.values(), strict=True):
                 r["first_ns"], r["last_ns"] = st.first_ns, st.last_ns
             sessions = dict(engine.trace_sessions)
-            engine = Engine(config)
+            engine = make_engine(config)
             engine.adopt(ScopeState.from_row(r, config.loop_detection.history_depth) for r in rows)
             engine.trace_sessions.update(sessions)
         out = engine.process(calls[a:b], now_us=0)
@@ -119,7 +122,7 @@ def test_any_split_into_cycles_gives_identical_results(cuts, restart):
 
 
 def test_reset_gives_fresh_state_but_keeps_scope():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     engine.process(looping(12))
     st = engine.reset("session", "s1")
     assert st.level == "none" and st.calls == 0 and not st.history
@@ -128,7 +131,7 @@ def test_reset_gives_fresh_state_but_keeps_scope():
 
 def test_eviction_expires_idle_and_caps_sessions():
     config = parse_config({"loop_detection": {"max_sessions": 100, "session_timeout_minutes": 1}})
-    engine = Engine(config)
+    engine = make_engine(config)
     calls = [llm(0, session=f"s{i}", trace=f"t{i}") for i in range(150)]
     for i, c in enumerate(calls):
         engine.process([c], now_us=10**12 + i)
@@ -141,9 +144,9 @@ def test_eviction_expires_idle_and_caps_sessions():
 
 
 def test_reconfigure_clears_state():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     engine.process(looping(5))
-    engine.reconfigure(AppConfig(rules=[Rule(name="x", detector="trace_cap")]))
+    engine.reconfigure(engine_tuning(AppConfig(rules=[Rule(name="x", detector="trace_cap")])))
     assert not engine.states
 
 

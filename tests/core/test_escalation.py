@@ -11,9 +11,8 @@ from detector.core.escalation import (
     Escalation,
     Transition,
     break_instruction,
-    counts_of,
-    thresholds_of,
 )
+from detector.detection.engine_config import scoring_tuning
 from detector.settings.config import AppConfig, LoopDetectionConfig, merge_loop_detection
 
 CFG = AppConfig().loop_detection
@@ -21,7 +20,8 @@ CFG = AppConfig().loop_detection
 
 def step(esc: Escalation, confidence: float, cfg: LoopDetectionConfig) -> Transition | None:
     """One scored call through the state machine, with the configuration's numbers (as the engine passes them)."""
-    return esc.advance(confidence, thresholds_of(cfg), counts_of(cfg), cfg.step_down_after)
+    tuning = scoring_tuning(cfg)
+    return esc.advance(confidence, tuning.thresholds, tuning.counts, tuning.step_down_after)
 
 
 def run(confidences: list[float], cfg=CFG) -> list[str]:
@@ -96,9 +96,9 @@ def test_serialisation_round_trip():
 
 
 def test_break_instruction_strategies():
-    assert break_instruction(CFG, "tool_call_repetition", ("read_file",)) == GENERIC_INSTRUCTION
+    assert break_instruction(scoring_tuning(CFG), "tool_call_repetition", ("read_file",)) == GENERIC_INSTRUCTION
     aware = merge_loop_detection(CFG, {"injection_strategy": "context_aware"})
-    assert "`read_file`" in break_instruction(aware, "tool_call_repetition", ("read_file",))
-    assert "Stop retrying" in break_instruction(aware, "error_cycling")
+    assert "`read_file`" in break_instruction(scoring_tuning(aware), "tool_call_repetition", ("read_file",))
+    assert "Stop retrying" in break_instruction(scoring_tuning(aware), "error_cycling")
     templated = merge_loop_detection(CFG, {"break_instruction_template": "STOP. Ask the user."})
-    assert break_instruction(templated, "error_cycling") == "STOP. Ask the user."
+    assert break_instruction(scoring_tuning(templated), "error_cycling") == "STOP. Ask the user."

@@ -4,8 +4,8 @@ root span, exported last; a late attribute) counts for that session from then on
 from __future__ import annotations
 
 from support.calls import T0, looping
+from support.engines import make_engine
 
-from detector.core.engine import Engine
 from detector.core.models import Call
 from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
@@ -24,7 +24,7 @@ def root(trace: str, session: str, ts: int = T0 - 10**9) -> Call:
 
 
 def test_root_exported_last_folds_the_run_into_its_session():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     run = unbound(looping(12))
     first = engine.process(run[:16])  # 8 turns scored while the session is unknown
     fallback = engine.states[(SCOPE_SESSION, "t1")]
@@ -36,7 +36,7 @@ def test_root_exported_last_folds_the_run_into_its_session():
     assert (SCOPE_SESSION, "t1") not in engine.states
     session = engine.states[(SCOPE_SESSION, "conv-1")]
     assert (session.calls, session.escalation.level, session.ema) == (calls, level, ema)
-    depth = engine.config.loop_detection.history_depth
+    depth = engine.tuning.scoring.history_depth
     assert [t.call.span_id for t in session.history] == [c.span_id for c in run[:16:2]][-depth:]
     assert engine.states[(SCOPE_TRACE, "t1")].session_id == "conv-1"
     assert any(d.scope == SCOPE_SESSION and d.scope_id == "conv-1" and d.action != "allow" for d in second.decisions)
@@ -48,7 +48,7 @@ def test_root_exported_last_folds_the_run_into_its_session():
 
 
 def test_late_binding_scores_like_knowing_the_session_from_the_start():
-    early, late = Engine(AppConfig()), Engine(AppConfig())
+    early, late = make_engine(AppConfig()), make_engine(AppConfig())
     early.process([root("t1", "conv-1"), *unbound(looping(10))])
     late.process(unbound(looping(10)))
     late.process([root("t1", "conv-1")])
@@ -60,7 +60,7 @@ def test_late_binding_scores_like_knowing_the_session_from_the_start():
 
 def test_a_run_joining_a_session_with_history_merges_in_span_order():
     config = AppConfig()
-    engine = Engine(config)
+    engine = make_engine(config)
     before = looping(6, session="conv-1", trace="t0")  # an earlier run of the conversation, session on its spans
     engine.process(before)
     later = unbound(looping(6, trace="t1"))
@@ -77,7 +77,7 @@ def test_a_run_joining_a_session_with_history_merges_in_span_order():
 
 
 def test_the_first_session_named_wins():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     engine.process([root("t1", "conv-1"), *unbound(looping(3))])
     out = engine.process([root("t1", "conv-2", ts=T0 + 60 * 10**9)])
     assert not out.rebound and engine.trace_sessions["t1"] == "conv-1"

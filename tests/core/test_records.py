@@ -101,3 +101,18 @@ def test_score_columns_hold_one_list_per_score_row_field():
     columns = ScoreColumns.of([row])  # append(*row): the fields in ScoreRow order
     assert columns.rows() == [row]
     assert all(getattr(columns, name) == [value] for name, value in row._asdict().items())
+
+
+def test_no_core_module_imports_a_configuration_model():
+    """The core is handed plain tuning values (detector/detection/engine_config.py compiles them): none of its modules
+    imports pydantic or the configuration models, directly."""
+    import ast
+    from pathlib import Path
+
+    core = Path(__file__).resolve().parents[2] / "detector" / "core"
+    forbidden = ("pydantic", "detector.settings.config", "detector.settings.rule_params")
+    for path in sorted(core.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith(forbidden) for n in names), (path.name, names)

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from detector.core.models import Call, Turn
 from detector.core.rules import FailureStreak, VelocityState, cap_reached, failure_kind, find_repeat
+from detector.core.tuning import VelocityTuning
 from detector.core.turn_view import turn_view
+from detector.detection.engine_config import velocity_tuning
 from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams, TraceCapParams, VelocityParams
 
 # The rules as the engine and the pre-flight check call them, from a rule's parameter model.
@@ -239,11 +241,11 @@ def test_failure_streak_round_trip():
 
 # ---------------------------------------------------------------------------------- velocity breaker
 
-VP = VelocityParams()
+VP = velocity_tuning(VelocityParams())
 
 
 def feed(state: VelocityState, start_ns: int, seconds: int, every: float, tokens: int,
-         params: VelocityParams = VP, tpm_limit: float | None = None) -> list[bool]:
+         params: VelocityTuning = VP, tpm_limit: float | None = None) -> list[bool]:
     out, t = [], 0.0
     while t < seconds:
         out.append(state.update(start_ns + int(t * S), tokens, params, tpm_limit))
@@ -320,7 +322,7 @@ def test_blocked_key_clears_after_going_quiet():
 def test_warm_up_suppresses_baseline_trips(warmup, trips):
     # two minutes of 10k tokens/min, then a 20k tokens/s burst: inside the default 5 minute warm-up the
     # baseline is not trusted yet, without warm-up it trips at 10x
-    params = VelocityParams(warmup_minutes=warmup)
+    params = velocity_tuning(VelocityParams(warmup_minutes=warmup))
     state = VelocityState()
     assert not any(feed(state, T0, 120, 6.0, 1_000, params=params))
     assert any(feed(state, T0 + 120 * S, 20, 1.0, 20_000, params=params)) is trips
@@ -343,7 +345,7 @@ def test_manual_cap_trips_even_during_warm_up():
 
 def test_manual_cap_from_params_and_override_precedence():
     state = VelocityState()
-    p = VelocityParams(tpm_limit=5_000)
+    p = velocity_tuning(VelocityParams(tpm_limit=5_000))
     assert any(feed(state, T0, 10, 1.0, 1_000, params=p))
     other = VelocityState()
     assert not any(feed(other, T0, 10, 1.0, 1_000, params=p, tpm_limit=50_000))

@@ -7,9 +7,9 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.scores import dominant_signal, weighted_confidence
+from support.scores import dominant_signal, weight_items, weighted_confidence
 
-from detector.core.scoring import ema, weight_items
+from detector.core.scoring import ema
 from detector.core.signal_values import SignalValues as Signals
 from detector.settings.config import Weights
 from detector.settings.vocabulary import SIGNAL_NAMES

@@ -7,8 +7,8 @@ from __future__ import annotations
 import gc
 
 from support.calls import healthy, looping
+from support.engines import make_engine
 
-from detector.core.engine import Engine
 from detector.detection.gc_policy import CollectorPolicy
 from detector.settings.config import AppConfig
 
@@ -54,7 +54,7 @@ def test_full_collection_only_when_due_and_it_finds_frozen_garbage():
 
 
 def test_scoring_leaves_no_reference_cycles():
-    engine = Engine(AppConfig())
+    engine = make_engine(AppConfig())
     calls = [*looping(30, session="a", trace="ta"), *healthy(30, session="b", trace="tb")]
     engine.process(calls[:20])
     gc.collect()

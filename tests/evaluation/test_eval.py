@@ -8,7 +8,7 @@ import json
 import pytest
 
 from detector.cli.main import main
-from detector.evaluation.baselines import Step, ToolRun
+from detector.evaluation.baselines import StoredCall, ToolRun
 from detector.evaluation.baselines.openhands import StuckDetector
 from detector.evaluation.baselines.tokenpolice import ExactPromptRepeat
 from detector.evaluation.baselines.tool_repeat import SameToolCallThrice
@@ -135,12 +135,12 @@ def test_evaluate_systems_aggregates_per_family_and_overall():
 
 
 def step(request: int = 1, tools: tuple[ToolRun, ...] = (), trace: str = "t", session: str = "s", *,
-         error: bool = False, output: int = 0) -> Step:
-    return Step(trace_id=trace, session_id=session, request_fp=request, is_error=error, output_fp=output,
+         error: bool = False, output: int = 0) -> StoredCall:
+    return StoredCall(trace_id=trace, session_id=session, request_fp=request, is_error=error, output_fp=output,
                 tools=tools)
 
 
-def fires(baseline, steps: list[Step]) -> list[bool]:
+def fires(baseline, steps: list[StoredCall]) -> list[bool]:
     return [baseline.observe(s) for s in steps]
 
 
@@ -201,12 +201,12 @@ def test_small_replay_through_the_real_pipeline():
     assert m["overall"]["loop-detector"]["recall_warn"] == 1.0
     assert m["overall"]["loop-detector"]["fp_rate_warn"] == 0.0
     assert {s["name"] for s in m["systems"]} == {"loop-detector", "tokenpolice_exact_repeat", "same_tool_call_x3",
-                                                  "openhands_stuck"}
+                                                  "openhands_stuck", "gemini_cli_same_call_x5", "crewai_repeated_usage"}
     assert m["replays"][0]["calls"] == sum(len(s.calls) for s in scenarios)
 
 
 def test_baseline_actions_one_per_model_call():
-    steps = [Step(trace_id="t", session_id="s", request_fp=1, is_error=True, error_fp=3)] * 3  # the same request
+    steps = [StoredCall(trace_id="t", session_id="s", request_fp=1, is_error=True, error_fp=3)] * 3  # the same request
     actions = baseline_actions(steps)
     assert actions["tokenpolice_exact_repeat"][1] == ["allow", "allow", "block"]  # fires: 'block' (its one action)
     assert actions["openhands_stuck"][1] == ["allow"] * 3  # model-call failures are not agent actions

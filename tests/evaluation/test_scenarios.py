@@ -13,6 +13,7 @@ import pytest
 from detector.core.escalation import LEVEL_RANK
 from detector.evaluation.corpus import (
     LEGIT_FAMILIES,
+    LOOKALIKE_WITHOUT_CONTENT,
     LOOP_FAMILIES,
     STRUCTURE_ONLY_WITHOUT_CONTENT,
     generate_scenario,
@@ -21,10 +22,12 @@ from detector.evaluation.evaluate import replay
 from detector.settings.config import AppConfig, parse_config
 
 # variant 0 captures content, variant 2 does not (the default of every instrumentation); a loop whose runs without
-# content carry nothing but structure (a reworded request, every size varying) is measured with content only
+# content carry nothing but structure (a reworded request, every size varying), and an honest run whose steps without
+# content are a loop's (a fixed-interval poll), are measured with content only
 LOOPS = [generate_scenario(f, v) for f in LOOP_FAMILIES for v in (0, 2)
          if not (v == 2 and f in STRUCTURE_ONLY_WITHOUT_CONTENT)]
-LEGIT = [generate_scenario(f, v) for f in LEGIT_FAMILIES for v in (0, 2)]
+LEGIT = [generate_scenario(f, v) for f in LEGIT_FAMILIES for v in (0, 2)
+         if not (v == 2 and f in LOOKALIKE_WITHOUT_CONTENT)]
 
 
 def first_action(decisions: list[dict]) -> tuple[int, dict] | None:

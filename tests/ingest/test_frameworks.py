@@ -44,9 +44,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     # CrewAI ends an agent's exact repeats itself (ToolExecutionFailedError after a few identical tool uses): its
-    # loop is short, and is seen (confidence) before it could be escalated
+    # loop is short, warned before it could be escalated
     loop_min_calls: int = LOOP_STEPS
-    escalates: bool = True
 
     @property
     def id(self) -> str:
@@ -61,7 +60,7 @@ CASES = [
     Case("strands", "latest-conventions", "session.id", env={"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}),
     Case("google-adk", "legacy-call-llm", "gcp.vertex.agent.session_id", env={"ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN": "1"}),
     Case("google-adk", "semconv", "gen_ai.conversation.id", content=False),
-    Case("crewai", "openinference", "session.id", loop_min_calls=4, escalates=False),
+    Case("crewai", "openinference", "session.id", loop_min_calls=4),
     Case("langgraph-openinference", "openinference", "session.id"),
     Case("langgraph-openllmetry", "openllmetry", "traceloop.association.properties.session_id"),
 ]
@@ -104,10 +103,8 @@ def test_framework_agents(case: Case, service, stub_url):
         return httpx.get(f"{eps.api}/v1/decision", params=params).json()
 
     stuck, fine = decision(session_id=loop["session"]), decision(session_id=healthy["session"])
-    if case.escalates:
-        assert stuck["action"] != "allow", (case.id, stuck)
-    else:
-        assert stuck["confidence"] >= 0.3 > fine["confidence"], (case.id, stuck, fine)
+    # every framework's loop is warned (CrewAI ends its run early, at four calls), its score above the healthy one's
+    assert stuck["action"] != "allow" and stuck["confidence"] > fine["confidence"], (case.id, stuck, fine)
     assert fine["action"] == "allow", (case.id, fine)
     assert decision(trace_id=loop["trace_id"])["session_id"] == loop["session"]
 

@@ -297,7 +297,7 @@ def test_serve_names_the_grpc_port_it_got_and_can_go_without(tmp_path):
     """Port 0 is a free port, as for the other listeners (the startup line says which); --no-otlp-grpc: none."""
     with ServeProcess(tmp_path / "a") as proc:
         line = next(line for line in proc.lines if "OTLP/gRPC on " in line)
-        port = int(line.split("OTLP/gRPC on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+        port = int(line.split("OTLP/gRPC on ", 1)[1].split(" ", 1)[0].rstrip(",").rsplit(":", 1)[1])
         assert port != 0
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             export = channel.unary_unary(TRACES_METHOD)

@@ -496,18 +496,36 @@ def test_non_genai_spans_are_skipped_and_deprecated_names_map(mv_store):
 # -- the examples stay runnable ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("example", ["openai_agent.py", "langgraph_agent.py"])
-def test_example_flags_its_looping_agent(example):
+def _example_steps(example: str, *args: str) -> list[list[str]]:
     needed = ["openai", "opentelemetry.instrumentation.openai_v2"] + (["langgraph"] if "langgraph" in example else [])
     for module in needed:
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed (pip install -e '.[instrumentations,examples]')")
-    proc = subprocess.run([sys.executable, str(EXAMPLES / example), "--steps", "14"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(EXAMPLES / example), *args], capture_output=True, text=True,
                           timeout=300, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    steps = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert len(steps) >= 10, proc.stdout
-    assert any(word in ("warn", "throttle", "inject", "block") for step in steps for word in step), proc.stdout
+    return [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+
+
+def _first(steps: list[list[str]], action: str) -> int | None:
+    return next((int(step[0]) for step in steps if action in step), None)
+
+
+def test_the_openai_example_does_what_its_readme_shows():
+    """examples/README.md shows the looping agent's first warn and first throttle: the example prints those very
+    steps, and its healthy agent stays allow."""
+    shown = [line.split() for line in (EXAMPLES / "README.md").read_text().split("A run looks like this")[1]
+             .split("```")[1].splitlines() if line.strip()[:1].isdigit()]
+    steps = _example_steps("openai_agent.py", "--steps", "14")
+    assert len(steps) == 14 and _first(shown, "warn") is not None and _first(shown, "throttle") is not None
+    assert (_first(steps, "warn"), _first(steps, "throttle")) == (_first(shown, "warn"), _first(shown, "throttle"))
+    healthy = _example_steps("openai_agent.py", "--scenario", "healthy")
+    assert len(healthy) >= 10 and all("allow" in step for step in healthy)
+
+
+def test_the_langgraph_example_flags_its_looping_agent():
+    steps = _example_steps("langgraph_agent.py", "--steps", "14")
+    assert len(steps) >= 10 and _first(steps, "warn") is not None
 
 
 def test_a_span_is_a_tool_call_when_any_dialect_says_so(mv_store):

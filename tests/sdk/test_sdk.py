@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from loop_detector_sdk.evidence.fingerprints import tool_run_evidence
 from pydantic import BaseModel
 from support.enforcement import FAST_LEVELS, admin_headers, agent, make_config, uid, wait_for_watermark
 from support.sdk import BUDGETS, RULES, VECTORS
@@ -99,8 +100,9 @@ def test_canonical_json_of_python_values():
     assert canonical_json(Part(text="hi")) == '{"text":"hi","type":"text"}'
     assert canonical_json([{"b", "a"}, b"\x00\xff"]) == '[["a","b"],"00ff"]'
     assert canonical_json("\ud83d\ude00 \udc00") == '"\U0001f600 \\udc00"'  # a pair joined, a lone one escaped
-    assert pending_tool("sleep", 5) == {"tool_name": "sleep", "tool_arguments": "5"}
-    assert pending_tool("read", ("a.py",)) == {"tool_name": "read", "tool_arguments": ["a.py"]}
+    # a tool call goes as its fingerprints, never its arguments; a value JSON has no literal for is converted
+    assert pending_tool("sleep", 5) == {"tool_name": "sleep", "evidence": tool_run_evidence("sleep", "5")}
+    assert pending_tool("read", ("a.py",)) == pending_tool("read", ["a.py"]) == pending_tool("read", '["a.py"]')
     assert request_fingerprint("m", [], system=None) == request_fingerprint("m", [])
 
 
@@ -109,7 +111,9 @@ def test_request_fingerprint_is_canonical():
     assert a == request_fingerprint("m", [{"name": "x", "content": "hi", "role": "user"}])
     assert a != request_fingerprint("m2", [{"role": "user", "content": "hi", "name": "x"}])
     assert len(a) == 64 and pending_request("m", [])["request_fingerprint"] == request_fingerprint("m", [])
-    assert pending_tool("read", {"p": 1}) == {"tool_name": "read", "tool_arguments": {"p": 1}}
+    tool = pending_tool("read", {"p": 1, "q": "a.py"})
+    assert tool == pending_tool("read", '{"q": "a.py", "p": 1.0}') and set(tool) == {"tool_name", "evidence"}
+    assert tool["evidence"]["tool"] != pending_tool("read", {"p": 2, "q": "a.py"})["evidence"]["tool"]
 
 
 def test_with_instruction_appends_prepends_or_inserts():

@@ -4,6 +4,7 @@ package (``detector.sdk`` re-exports it), editable (this checkout) and as a whee
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import sys
@@ -137,3 +138,10 @@ def test_both_wheels_carry_the_sdk(tmp_path):
     assert [r.split(">")[0].split("=")[0].strip() for r in required] == ["httpx"]
     assert {"openai", "anthropic", "langchain", "openai-agents", "litellm", "otel"} <= set(
         meta.get_all("Provides-Extra") or [])
+    # OTEL_INSTRUMENTATION_GENAI_COMPLETION_HOOK=loop_detector finds the hook in either distribution
+    for wheel in (server, sdk):
+        (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        parser = configparser.ConfigParser()
+        parser.read_string(wheel.read(entry_points).decode())
+        assert parser["opentelemetry_genai_completion_hook"]["loop_detector"] == \
+            "loop_detector_sdk.completion_hook:loop_detector_hook"

@@ -19,7 +19,7 @@ def test_default_never_blocks_and_protect_blocks_no_progress_and_the_failure_loo
     assert protect.preset == "protect" and blocking(protect) == {"no_progress", "failure_loop"}
     assert protect.loop_detection.progress.exact_floor == 1.0  # the score can reach hard_stop without errors
     no_progress = next(r for r in protect.rules if r.detector == "no_progress")
-    assert no_progress.params == {"wasted_calls": 3, "min_evidence": "fuzzy"}
+    assert no_progress.params == {"wasted_calls": 4, "min_evidence": "exact"}  # what is certain, by its 4th step
 
 
 def test_explicit_settings_override_the_preset():

@@ -14,8 +14,8 @@ from support.servers import serve_app
 from support.webhook_receiver import WebhookReceiver
 
 from detector.cli.demo import looping_step
-from detector.evaluation.simulate import Step, ToolCall
-from detector.service.logs import JsonFormatter
+from detector.evaluation.simulate import SimulatedStep, ToolCall
+from detector.service.log_output import JsonFormatter
 from detector.service.process import running_service
 from detector.settings.config import AppConfig, parse_config
 
@@ -25,7 +25,7 @@ SECRET = "s3cret-for-tests"  # a plain (pre-standard) secret: its UTF-8 bytes ar
 # tests/service/test_webhooks.py; here, the webhooks of a real detection run, beside metrics and logs.
 
 
-def canary_step(i: int) -> Step:
+def canary_step(i: int) -> SimulatedStep:
     step = looping_step(i)
     step.user_text = "CANARY-7f3a91 secret prompt text"
     step.output_text = "CANARY-7f3a91 secret response text"

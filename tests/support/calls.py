@@ -18,6 +18,8 @@ def llm(i: int, *, session="s1", trace="t1", tool_fp=0, request_fp=None, out_sim
         response_fp=99 if tool_fp else 3000 + i, out_tool_fps=(tool_fp,) if tool_fp else (),
         out_tool_names=(tool_name,) if tool_fp else (), is_error=error, error_fp=55 if error else 0,
         error_type="timeout" if error else "", finish_reasons=("tool_calls",) if tool_fp else ("stop",),
+        # what came back since the previous call (its new input, normalized): the same result in a tool loop
+        observation_fp=0x0F0F if tool_fp else 5000 + i, observation_chars=300,
     )
 
 
@@ -82,8 +84,11 @@ def agent_llm(i: int, *, trace="t1", session="s1", t0=T0, at=None, duration=0.8,
 
 
 def agent_tool(i: int, name: str, *, trace="t1", t0=T0, at=None, duration=0.1, args=1, result=0, result_sim=0,
-               result_chars=300, empty=False, error=0, args_sim=0, content=True) -> Call:
-    """An execute_tool span with the progress fingerprints (``args``/``result`` normalized; 0: not captured)."""
+               result_chars=300, empty=False, error=0, args_sim=0, content=True, failed=False, shape=0,
+               pending=False) -> Call:
+    """An execute_tool span with the progress fingerprints (``args``/``result`` normalized; 0: not captured;
+    ``failed``: the result says it failed, ``shape``: the result with its numbers replaced, ``pending``: it says the
+    work is still in progress)."""
     ts = t0 + int((at if at is not None else i * 3.0 + 1.0) * 1e9)
     return Call(
         ts_ns=ts, end_ns=ts + int(duration * 1e9), trace_id=trace, span_id=f"{trace}-tool-{i:04d}", session_id=trace,
@@ -93,4 +98,6 @@ def agent_tool(i: int, name: str, *, trace="t1", t0=T0, at=None, duration=0.1, a
         observation_simhash=result_sim if content and not error else 0,
         observation_chars=result_chars if content and result and not error else 0,
         observation_empty=empty and content, is_error=bool(error), error_fp=error, error_type="E" if error else "",
+        observation_failed=failed and content, observation_shape_fp=(shape or result) if content else 0,
+        observation_pending=pending and content,
     )

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from detector.cli.demo import looping_step
-from detector.evaluation.simulate import Step, ToolCall, emit_step, otlp_tracer, start_run
+from detector.evaluation.simulate import SimulatedStep, ToolCall, emit_step, otlp_tracer, start_run
 from detector.evaluation.simulate import wait_for_detector as wait_for_watermark
 from detector.settings.config import AppConfig, parse_config
 
@@ -36,11 +36,11 @@ def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def repeat_step(i: int) -> Step:
+def repeat_step(i: int) -> SimulatedStep:
     """The same request every time (same model, same single input message): an exact prompt repeat (with a
     different tool call each time, so only the exact-repeat rule can trip)."""
-    return Step(user_text="Try the deployment again.", output_text="Retrying the deployment.",
-                tools=[ToolCall("deploy", {"attempt": i})], input_tokens=500, output_tokens=60)
+    return SimulatedStep(user_text="Try the deployment again.", output_text="Retrying the deployment.",
+                         tools=[ToolCall("deploy", {"attempt": i})], input_tokens=500, output_tokens=60)
 
 
 @dataclass

@@ -51,6 +51,7 @@ def random_stream(seed: int) -> list:
 def engine_digest(seed: int) -> str:
     """Everything the engine produced for a random stream, in cycles, as exact JSON (floats by repr)."""
     from detector.core.engine import Engine
+    from detector.detection.engine_config import engine_tuning
     from detector.settings.config import parse_config
 
     config = parse_config({
@@ -65,7 +66,7 @@ def engine_digest(seed: int) -> str:
         "loop_detection": {"injection_strategy": "context_aware", "thresholds": {  # every level gets reached
             "warn_confidence": 0.2, "throttle_confidence": 0.3, "inject_confidence": 0.4, "hardstop_confidence": 0.5}},
     })
-    engine = Engine(config)
+    engine = Engine(engine_tuning(config))
     calls = random_stream(seed)
     out = []
     for start in range(0, len(calls), 97):

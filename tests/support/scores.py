@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detector.core.scoring import confidence_and_dominant, weight_items
+from detector.core.scoring import confidence_and_dominant
 from detector.core.signal_values import SignalValues
 from detector.settings.config import Weights
 
@@ -15,6 +15,11 @@ def _values(signals: Any) -> SignalValues:
     if isinstance(signals, SignalValues):
         return signals
     return SignalValues(*(getattr(signals, name) for name in SignalValues._fields))
+
+
+def weight_items(weights: Weights) -> tuple[tuple[str, float], ...]:
+    """The weights as the core reads them: (signal, weight) in ``SIGNAL_NAMES`` order (``ScoringTuning.weights``)."""
+    return tuple(weights.as_dict().items())
 
 
 def weighted_confidence(signals: Any, weights: Weights) -> float:

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class ServeProcess:
     def __init__(self, data_dir: str | os.PathLike[str], config_path: str | os.PathLike[str] | None = None,
                  host: str = "127.0.0.1", extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 start_timeout: float = 120.0) -> None:
+                 start_timeout: float = 120.0, cwd: str | os.PathLike[str] = ROOT) -> None:
+        self.cwd = Path(cwd)
         self.data_dir = Path(data_dir)
         self.config_path = config_path
         self.host = host
@@ -49,7 +50,7 @@ class ServeProcess:
         if self.config_path is not None:
             cmd += ["--config", str(self.config_path)]
         env = {**os.environ, **(self.env or {})}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + self.start_timeout

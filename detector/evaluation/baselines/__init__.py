@@ -9,9 +9,13 @@ or source), not from loop-detector's code, and is labeled as such in every table
 - :class:`~detector.evaluation.baselines.tool_repeat.SameToolCallThrice`: "three or more spans with the same tool name
   and arguments in a conversation";
 - :class:`~detector.evaluation.baselines.openhands.StuckDetector`: the OpenHands ``StuckDetector`` conditions "four
-  identical action/observation pairs in a row" and "three identical actions, each ending in an error".
+  identical action/observation pairs in a row" and "three identical actions, each ending in an error";
+- :class:`~detector.evaluation.baselines.gemini_cli.GeminiCliToolLoop`: Gemini CLI's "the same tool call 5 times in a
+  row";
+- :class:`~detector.evaluation.baselines.crewai.CrewAiRepeatedUsage`: CrewAI's refusal of "an immediate repeat of the
+  same tool call".
 
-They all read the same data, call by call: the :class:`Step` records built from the rows the real
+They all read the same data, call by call: the :class:`StoredCall` records built from the rows the real
 pipeline stored (``otel.genai_calls``, plus the exact output / tool-result hashes from
 ``otel.otel_traces``), i.e. exactly what the spans carried, with or without content capture. Each
 baseline has one action: when it fires, it would notify or block (whichever it is configured for), so
@@ -20,14 +24,16 @@ the evaluation counts a firing both at "warn" and at "block".
 
 from __future__ import annotations
 
+from detector.evaluation.baselines.crewai import CrewAiRepeatedUsage
+from detector.evaluation.baselines.gemini_cli import GeminiCliToolLoop
 from detector.evaluation.baselines.openhands import StuckDetector
-from detector.evaluation.baselines.step import Baseline, Step, ToolRun
+from detector.evaluation.baselines.stored_call import Baseline, StoredCall, ToolRun
 from detector.evaluation.baselines.tokenpolice import ExactPromptRepeat
 from detector.evaluation.baselines.tool_repeat import SameToolCallThrice
 
-__all__ = ["Baseline", "Step", "ToolRun", "all_baselines"]
+__all__ = ["Baseline", "StoredCall", "ToolRun", "all_baselines"]
 
 
 def all_baselines() -> list[Baseline]:
     """A fresh instance of every baseline (state is per instance: one instance per evaluated run)."""
-    return [ExactPromptRepeat(), SameToolCallThrice(), StuckDetector()]
+    return [ExactPromptRepeat(), SameToolCallThrice(), StuckDetector(), GeminiCliToolLoop(), CrewAiRepeatedUsage()]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from itertools import count
 
-from detector.evaluation.baselines.step import Step
+from detector.evaluation.baselines.stored_call import StoredCall
 
 __all__ = ["StuckDetector"]
 
@@ -35,7 +35,7 @@ class StuckDetector:
     def __init__(self) -> None:
         self._history: dict[str, deque[tuple[object, object, bool]]] = defaultdict(lambda: deque(maxlen=4))
 
-    def observe(self, step: Step) -> bool:
+    def observe(self, step: StoredCall) -> bool:
         if step.is_error:
             return False
         if step.tools:

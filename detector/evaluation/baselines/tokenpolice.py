@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from detector.evaluation.baselines.step import Step
+from detector.evaluation.baselines.stored_call import StoredCall
 
 __all__ = ["ExactPromptRepeat"]
 
@@ -27,7 +27,7 @@ class ExactPromptRepeat:
         self.repeats = repeats or {1: 3, 2: 2, 3: 2}
         self._prompts: dict[str, deque[int]] = defaultdict(lambda: deque(maxlen=self.window))
 
-    def observe(self, step: Step) -> bool:
+    def observe(self, step: StoredCall) -> bool:
         prompts = self._prompts[step.trace_id]
         prompts.append(step.request_fp)
         return self.cycle(list(prompts)) is not None

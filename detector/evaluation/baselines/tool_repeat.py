@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from detector.evaluation.baselines.step import Step
+from detector.evaluation.baselines.stored_call import StoredCall
 
 __all__ = ["SameToolCallThrice"]
 
@@ -25,7 +25,7 @@ class SameToolCallThrice:
         self.threshold = threshold
         self._counts: dict[str, Counter[int]] = defaultdict(Counter)
 
-    def observe(self, step: Step) -> bool:
+    def observe(self, step: StoredCall) -> bool:
         counts = self._counts[step.session_id]
         fired = False
         for tool in step.tools:

@@ -10,6 +10,11 @@ imported only when used: OpenTelemetry by the span helpers (:func:`loop_context`
 * the OpenAI Agents SDK: :func:`guard_run_config` and :class:`LoopGuardHooks` (``loop_detector_sdk.openai_agents_hooks``);
 * the LiteLLM proxy: :class:`LoopDetectorGuardrail` (``loop_detector_sdk.litellm_guardrail``).
 
+With content capture off, the app's fingerprints of each call (hashes, never text: :mod:`loop_detector_sdk.evidence`)
+reach loop-detector through every guard's check, and through the spans of instrumentations built on
+``opentelemetry-util-genai``: ``OTEL_INSTRUMENTATION_GENAI_COMPLETION_HOOK=loop_detector`` loads
+:mod:`loop_detector_sdk.completion_hook`.
+
     from loop_detector_sdk import LoopGuard, LoopBlockedError, guard_openai, loop_context
 
     guard = LoopGuard("http://127.0.0.1:8080")          # fail_open=True, timeout=0.5

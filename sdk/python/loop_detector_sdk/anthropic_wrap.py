@@ -19,13 +19,19 @@ from typing import Any
 
 from loop_detector_sdk._guarded import Call, GuardedResource, ids_of
 from loop_detector_sdk.client import AsyncLoopGuard, LoopGuard
+from loop_detector_sdk.evidence.messages import from_anthropic
+from loop_detector_sdk.evidence.pending import model_evidence
 from loop_detector_sdk.fingerprint import request_fingerprint
 from loop_detector_sdk.openai_wrap import Position, join_text
 
 
 def messages_pending(kwargs: dict[str, Any]) -> dict[str, Any]:
     fp = request_fingerprint(kwargs.get("model"), kwargs.get("messages"), system=kwargs.get("system"))
-    return {"request_fingerprint": fp}
+    pending: dict[str, Any] = {"request_fingerprint": fp}
+    evidence = model_evidence(kwargs.get("model"), from_anthropic, kwargs.get("messages"), kwargs.get("system"))
+    if evidence:
+        pending["evidence"] = evidence  # the app's fingerprints of the call: request and new input, no content
+    return pending
 
 
 def with_system_instruction(system: Any, instruction: str, position: Position = "append") -> Any:

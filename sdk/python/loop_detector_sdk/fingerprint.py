@@ -28,43 +28,16 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any
 
+from loop_detector_sdk.evidence.messages import from_openai_chat
+from loop_detector_sdk.evidence.numbers import js_number
+from loop_detector_sdk.evidence.pending import model_evidence, tool_evidence
+
+__all__ = ["canonical_json", "js_number", "pending_request", "pending_tool", "request_fingerprint"]
+
 _encode_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C, raw UTF-8
 _SURROGATE = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
 _MAX_SAFE = 2**53
 _FIRST = itemgetter(0)
-
-
-def js_number(x: float) -> str:
-    """``x`` as ECMAScript's ``Number.prototype.toString`` writes it (and so ``JSON.stringify``).
-
-    Python's ``repr`` and V8 both give the shortest digits that round-trip (the closest of them on a tie);
-    only the layout differs: plain digits up to 21 integer digits, ``0.000001`` down to 1e-6, else
-    ``d.ddde+n`` / ``de-n``."""
-    if x != x or x in (float("inf"), float("-inf")):
-        return "null"
-    if x == 0:
-        return "0"  # -0 too
-    text = repr(abs(x))
-    mantissa, _, exp_text = text.partition("e")
-    whole, _, frac = mantissa.partition(".")
-    digits = (whole + frac).lstrip("0")
-    exponent = (int(exp_text) if exp_text else 0) - len(frac)
-    stripped = digits.rstrip("0")
-    exponent += len(digits) - len(stripped)
-    digits = stripped
-    k = len(digits)
-    n = exponent + k  # value = 0.digits * 10**n
-    if k <= n <= 21:
-        out = digits + "0" * (n - k)
-    elif 0 < n <= 21:
-        out = digits[:n] + "." + digits[n:]
-    elif -6 < n <= 0:
-        out = "0." + "0" * -n + digits
-    else:
-        e = n - 1
-        sign = "+" if e >= 0 else "-"
-        out = (digits if k == 1 else digits[0] + "." + digits[1:]) + "e" + sign + str(abs(e))
-    return "-" + out if x < 0 else out
 
 
 def _int(v: int) -> str:
@@ -193,19 +166,22 @@ def request_fingerprint(model: str | None, messages: Any, **extra: Any) -> str:
 
 
 def pending_request(model: str | None, messages: Any, **extra: Any) -> dict[str, Any]:
-    """The ``pending`` of a check for a model call."""
-    return {"request_fingerprint": request_fingerprint(model, messages, **extra)}
+    """The ``pending`` of a check for a model call: the request fingerprint, and the app's fingerprints of the call
+    (``evidence``: its request and new input, read as chat messages, ``{"role", "content"}`` dicts or the
+    ``openai`` SDK's types; :mod:`loop_detector_sdk.evidence`)."""
+    pending: dict[str, Any] = {"request_fingerprint": request_fingerprint(model, messages, **extra)}
+    evidence = model_evidence(model, from_openai_chat, messages if isinstance(messages, list) else [])
+    if evidence:
+        pending["evidence"] = evidence
+    return pending
 
 
 def pending_tool(name: str, arguments: Any = None) -> dict[str, Any]:
-    """The ``pending`` of a check for a tool call (the server compares name + canonical arguments; a JSON string
-    is parsed first). Arguments that are not a dict, list or str are converted: to their JSON object or array
-    (a pydantic model, a tuple), else sent as their canonical JSON text (a number)."""
-    if arguments is not None and not isinstance(arguments, dict | list | str):
-        text = canonical_json(arguments)
-        converted = json.loads(text)
-        arguments = converted if isinstance(converted, dict | list) else text
-    out: dict[str, Any] = {"tool_name": name}
-    if arguments is not None:
-        out["tool_arguments"] = arguments
-    return out
+    """The ``pending`` of a check for a tool call: its name and the app's fingerprints of it (``evidence``: name +
+    canonical argument values, and the normalized arguments), never the arguments themselves. A JSON string is
+    parsed first, so ``'{"path": "a.py"}'`` and ``{"path": "a.py"}`` are the same call (in either SDK)."""
+    pending: dict[str, Any] = {"tool_name": name}
+    evidence = tool_evidence(name, arguments)
+    if evidence:
+        pending["evidence"] = evidence
+    return pending

@@ -11,8 +11,11 @@ every model call and every tool call.
   ``pending`` (an exact repeat is refused before it is sent); block raises
   :class:`~loop_detector_sdk.LoopBlockedError` out of ``invoke`` / ``stream``, throttle waits, inject adds the
   break instruction to the system message (appended by default, or prepended).
-* Before a tool call: the tool's name and arguments go as ``pending`` (the same call back to back is
-  refused before it runs); block raises, throttle waits.
+* Before a tool call: the tool's name and the fingerprints of its arguments go as ``pending`` (the same call
+  back to back is refused before it runs); block raises, throttle waits.
+
+Every check also carries the app's fingerprints of the call (``pending.evidence``: what the agent just observed,
+what it is about to send; hashes, never the text).
 
 The session is, in order: ``session_id`` given here, the one of an enclosing
 :func:`~loop_detector_sdk.loop_context`, the LangGraph ``thread_id`` of the run (``config={"configurable":
@@ -34,6 +37,8 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from loop_detector_sdk._guarded import ids_of
 from loop_detector_sdk.client import AsyncLoopGuard, LoopGuard
 from loop_detector_sdk.context import current_ids
+from loop_detector_sdk.evidence.messages import from_langchain
+from loop_detector_sdk.evidence.pending import model_evidence
 from loop_detector_sdk.fingerprint import pending_tool, request_fingerprint
 from loop_detector_sdk.openai_wrap import Position, join_text
 
@@ -68,9 +73,13 @@ def model_name(model: Any) -> str | None:
 def model_pending(request: Any) -> dict[str, Any]:
     """The ``pending`` of a model call of a ``ModelRequest``."""
     system = request.system_message.content if request.system_message is not None else None
-    fp = request_fingerprint(model_name(request.model), [message_for_fingerprint(m) for m in request.messages],
-                             system=system)
-    return {"request_fingerprint": fp}
+    model = model_name(request.model)
+    fp = request_fingerprint(model, [message_for_fingerprint(m) for m in request.messages], system=system)
+    pending: dict[str, Any] = {"request_fingerprint": fp}
+    evidence = model_evidence(model, from_langchain, request.messages, system)
+    if evidence:
+        pending["evidence"] = evidence  # the app's fingerprints of the call: request and new input, no content
+    return pending
 
 
 def _thread_id() -> str | None:

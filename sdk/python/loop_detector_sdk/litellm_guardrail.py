@@ -14,7 +14,8 @@ In the proxy's ``config.yaml``::
 
 Before each request (chat completions, the Responses API, Anthropic's ``/v1/messages``) the guardrail asks
 loop-detector with the pending request's fingerprint, the same one the client-side guards send (model +
-messages; Responses: + instructions and conversation state; Messages: + system), and applies the answer:
+messages; Responses: + instructions and conversation state; Messages: + system), and the app's fingerprints of
+the call (``pending.evidence``: request and new input, hashes only), and applies the answer:
 
 * block: the request is refused with HTTP 429 and ``Retry-After``; the body is the spec's
   ``{"error": {"reason": "loop_detected", "session_id", "confidence", "dominant_signal",

@@ -13,9 +13,11 @@
   handoffs included). The fingerprint of the agent's model, the input and the instructions goes as
   ``pending``; block raises :class:`LoopBlockedAgentsError` out of ``Runner.run``, throttle waits, inject adds
   the break instruction to the instructions. A filter the run config already had still runs, after the check.
-* Tool calls: :class:`LoopGuardHooks` (``RunHooks``) checks the tool's name and arguments in
-  ``on_tool_start``, before a function tool runs; block raises :class:`LoopBlockedAgentsError` out of
+* Tool calls: :class:`LoopGuardHooks` (``RunHooks``) checks the tool's name and the fingerprints of its
+  arguments in ``on_tool_start``, before a function tool runs; block raises :class:`LoopBlockedAgentsError` out of
   ``Runner.run``.
+
+Every check carries the app's fingerprints of the call (``pending.evidence``; hashes, never the text).
 
 :class:`LoopBlockedAgentsError` is both a :class:`~loop_detector_sdk.LoopBlockedError` and the SDK's own
 ``AgentsException``: the runner lets it through as it is (any other exception raised while a tool runs becomes
@@ -40,6 +42,8 @@ from agents.run_config import CallModelData, ModelInputData
 
 from loop_detector_sdk._guarded import ids_of
 from loop_detector_sdk.client import AsyncLoopGuard, LoopGuard
+from loop_detector_sdk.evidence.messages import from_responses_input
+from loop_detector_sdk.evidence.pending import model_evidence
 from loop_detector_sdk.fingerprint import pending_tool, request_fingerprint
 from loop_detector_sdk.models import LoopBlockedError
 from loop_detector_sdk.openai_wrap import Position, join_text
@@ -76,8 +80,13 @@ class LoopGuardModelInputFilter:
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         model_data = data.model_data
-        fp = request_fingerprint(agent_model(data.agent), model_data.input, instructions=model_data.instructions)
-        instruction = await _before(self.guard, self.ids, {"request_fingerprint": fp})
+        model = agent_model(data.agent)
+        fp = request_fingerprint(model, model_data.input, instructions=model_data.instructions)
+        pending: dict[str, Any] = {"request_fingerprint": fp}
+        evidence = model_evidence(model, from_responses_input, model_data.input, model_data.instructions)
+        if evidence:
+            pending["evidence"] = evidence  # the app's fingerprints of the call: request and new input, no content
+        instruction = await _before(self.guard, self.ids, pending)
         if instruction:
             model_data = ModelInputData(input=model_data.input,
                                         instructions=join_text(model_data.instructions, instruction, self.position))

@@ -6,7 +6,8 @@
 
 Before each request the wrapper sends the request's fingerprint as ``pending`` (chat: model + messages;
 Responses: model + input, with instructions, previous_response_id and conversation when given), so an
-exact repeat is refused before it is sent, and applies the decision: block raises
+exact repeat is refused before it is sent, with the app's fingerprints of the call (``pending.evidence``: the
+request, and what the agent just observed; hashes, no content), and applies the decision: block raises
 :class:`~loop_detector_sdk.LoopBlockedError`, throttle waits, inject adds the break instruction to the
 system message (chat: appended by default, or prepended; a system message is inserted when there is none)
 or to ``instructions`` (Responses). A streaming request is checked once, before the stream opens.
@@ -22,6 +23,8 @@ from typing import Any, Literal
 
 from loop_detector_sdk._guarded import Call, GuardedResource, ids_of
 from loop_detector_sdk.client import AsyncLoopGuard, LoopGuard
+from loop_detector_sdk.evidence.messages import from_openai_chat, from_responses_input
+from loop_detector_sdk.evidence.pending import model_evidence
 from loop_detector_sdk.fingerprint import request_fingerprint
 
 Position = Literal["append", "prepend"]
@@ -55,8 +58,17 @@ def join_text(existing: Any, instruction: str, position: Position = "append") ->
     return (f"{text}\n\n{instruction}" if position == "append" else f"{instruction}\n\n{text}").strip()
 
 
+def _with_evidence(pending: dict[str, Any], evidence: dict[str, Any] | None) -> dict[str, Any]:
+    if evidence:
+        pending["evidence"] = evidence
+    return pending
+
+
 def chat_pending(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"request_fingerprint": request_fingerprint(kwargs.get("model"), kwargs.get("messages"))}
+    """Model + messages, and the app's fingerprints of the call (its request and new input; no content)."""
+    model, messages = kwargs.get("model"), kwargs.get("messages")
+    return _with_evidence({"request_fingerprint": request_fingerprint(model, messages)},
+                          model_evidence(model, from_openai_chat, messages))
 
 
 def responses_pending(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +78,8 @@ def responses_pending(kwargs: dict[str, Any]) -> dict[str, Any]:
     fp = request_fingerprint(kwargs.get("model"), kwargs.get("input"), instructions=kwargs.get("instructions"),
                              previous_response_id=kwargs.get("previous_response_id"),
                              conversation=kwargs.get("conversation"))
-    return {"request_fingerprint": fp}
+    return _with_evidence({"request_fingerprint": fp}, model_evidence(
+        kwargs.get("model"), from_responses_input, kwargs.get("input"), kwargs.get("instructions")))
 
 
 def _calls(position: Position) -> tuple[dict[str, Call], dict[str, Call]]:

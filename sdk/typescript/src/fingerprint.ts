@@ -11,7 +11,11 @@
  * functions and symbols are left out of objects and are `null` in arrays; `toJSON` is honoured.
  */
 
+import { type PendingEvidence, toolRunEvidence } from './evidence/fingerprints.js';
+import { compareCodePoints } from './code-points.js';
 import { sha256Hex } from './sha256.js';
+
+export { compareCodePoints };
 
 type NodeCrypto = { createHash(algorithm: string): { update(data: Uint8Array): { digest(enc: 'hex'): string } } };
 
@@ -36,19 +40,10 @@ function digestHex(data: Uint8Array): string {
 export interface Pending {
   request_fingerprint?: string;
   tool_name?: string;
+  /** the tool's arguments themselves (older SDKs sent them; this one sends `evidence` instead) */
   tool_arguments?: Record<string, unknown> | unknown[] | string;
-}
-
-/** Compare two strings by Unicode code point (Python's `str` order). */
-export function compareCodePoints(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
-  if (i === n) return a.length - b.length;
-  // step back onto a shared high surrogate, so that both sides are read as whole code points
-  const prev = i > 0 ? a.charCodeAt(i - 1) : 0;
-  if (prev >= 0xd800 && prev <= 0xdbff) i--;
-  return (a.codePointAt(i) as number) - (b.codePointAt(i) as number);
+  /** the app's fingerprints of the call (`loop-detector-sdk`'s `evidence` helpers): hashes, never the content */
+  evidence?: PendingEvidence;
 }
 
 const WIDE = /[\ud800-\uffff]/;
@@ -140,17 +135,16 @@ export function pendingRequest(model: string | null | undefined, messages: unkno
 }
 
 /**
- * The `pending` of a check for a tool call: the server compares name + canonical arguments (a JSON
- * string is parsed first). Arguments that are not an object, array or string are sent as their
- * canonical JSON text.
+ * The `pending` of a check for a tool call: its name and the app's fingerprints of it (name + canonical argument
+ * values, and the normalized arguments: `evidence`), never the arguments themselves. A JSON string is read as
+ * JSON, so `'{"path": "a.py"}'` and `{ path: 'a.py' }` are the same call (in either SDK).
  */
 export function pendingTool(name: string, args?: unknown): Pending {
   const out: Pending = { tool_name: name };
-  if (args === undefined || args === null) return out;
-  if (typeof args === 'string' || typeof args === 'object') {
-    out.tool_arguments = args as Pending['tool_arguments'];
-  } else {
-    out.tool_arguments = canonicalJson(args);
+  try {
+    out.evidence = toolRunEvidence(name, args);
+  } catch {
+    // a value no fingerprint can be made of: the check goes without (never the check's failure)
   }
   return out;
 }

@@ -11,6 +11,10 @@
  *       if (err instanceof LoopBlockedError) console.log(err.body.error.reason);
  *     }
  *
+ * Every check can carry the app's fingerprints of the call (`pending.evidence`: hashes computed with the service's
+ * own normalization and ClickHouse's hash functions, never the content): `pendingTool` and the Vercel AI SDK
+ * middleware add them; `modelCallEvidence(model, fromSemconv(messages))` makes them for other callers.
+ *
  * The Vercel AI SDK middleware is `loop-detector-sdk/vercel-ai`; the active OpenTelemetry span's trace for checks that
  * name none, `activeTraceId` of `loop-detector-sdk/otel` (`currentTraceId` option).
  */
@@ -34,6 +38,38 @@ export {
   pendingTool,
   requestFingerprint,
 } from './fingerprint.js';
+export {
+  EMPTY_NGRAM_SIMHASH,
+  cityHash64,
+  combine,
+  hashPairs,
+  hashStrings,
+  intHash,
+  ngramSimhashCI,
+  utf8,
+  wordShingleSimhashCI,
+} from './evidence/clickhouse-hash.js';
+export { documentRaw, numberText, objectPairs, type Pairs, pairsText, valueRaw } from './evidence/clickhouse-json.js';
+export {
+  type ModelCallEvidence,
+  modelCallEvidence,
+  newInputText,
+  type Observation,
+  observation,
+  type PendingEvidence,
+  type Reply,
+  reply,
+  requestFp,
+  type ToolCallEvidence,
+  type ToolEvidence,
+  type ToolRunEvidence,
+  toolCall,
+  toolRun,
+  toolRunEvidence,
+  VERSION as EVIDENCE_VERSION,
+} from './evidence/fingerprints.js';
+export { argumentsText, fromSemconv, fromVercelPrompt, type Message, type Part, replyText } from './evidence/messages.js';
+export { canonicalText, digitsMasked, isEmptyObservation, normalize, withoutKeys } from './evidence/normalize.js';
 export { type Position, withInstruction } from './instruction.js';
 export {
   type Action,

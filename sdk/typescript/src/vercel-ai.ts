@@ -13,7 +13,9 @@
  *                          stopWhen: [stepCountIs(20), loopBlocked] });
  *
  * Before each call the middleware sends the fingerprint of the model id and the prompt as `pending` (an
- * exact repeat is refused before it is sent) and applies the decision: block throws `LoopBlockedError`
+ * exact repeat is refused before it is sent), with the app's fingerprints of the call (`pending.evidence`: the
+ * request and what the agent just observed, the tool results and user message since the last call; hashes,
+ * never the text), and applies the decision: block throws `LoopBlockedError`
  * (from `generateText`; `streamText` reports it to `onError` and as the stream's error), throttle waits,
  * inject adds the break instruction to the system message of the prompt. A tool call refused by `guardTools`
  * does not run; the AI SDK turns the `LoopBlockedError` into the step's `tool-error` (the model would see
@@ -23,7 +25,9 @@
  */
 
 import type { CheckIds, LoopGuard } from './client.js';
-import { pendingRequest, pendingTool } from './fingerprint.js';
+import { modelCallEvidence } from './evidence/fingerprints.js';
+import { fromVercelPrompt } from './evidence/messages.js';
+import { type Pending, pendingRequest, pendingTool } from './fingerprint.js';
 import { type Position, withInstruction } from './instruction.js';
 import { LoopBlockedError } from './models.js';
 
@@ -83,7 +87,12 @@ export function loopGuardMiddleware<P extends CallOptionsLike = CallOptionsLike>
     ...(version === 'v2' ? { middlewareVersion: 'v2' as const } : {}),
     async transformParams({ params, model }) {
       const ids = resolveIds(options, params);
-      const pending = pendingRequest(model.modelId, params.prompt);
+      const pending: Pending = pendingRequest(model.modelId, params.prompt);
+      try {
+        pending.evidence = modelCallEvidence(model.modelId, fromVercelPrompt(params.prompt));
+      } catch {
+        // a prompt of a shape no fingerprint can be made of: the check goes without (never its failure)
+      }
       const instruction = await options.guard.beforeCall({ ...ids, pending });
       if (!instruction) return params;
       return { ...params, prompt: withInstruction(params.prompt, instruction, options.position) };
@@ -107,8 +116,9 @@ export interface GuardToolsOptions {
 }
 
 /**
- * The same tools, each `execute` checked first with the tool's name and input as `pending` (the same tool
- * call back to back is refused before it runs); throws `LoopBlockedError` on block, waits on throttle.
+ * The same tools, each `execute` checked first with the tool's name and the fingerprints of its input as
+ * `pending` (the same tool call back to back is refused before it runs; the input itself is not sent); throws
+ * `LoopBlockedError` on block, waits on throttle.
  */
 export function guardTools<T extends Record<string, ToolLike>>(tools: T, options: GuardToolsOptions): T {
   const out: Record<string, ToolLike> = {};

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import {
-  canonicalJson, compareCodePoints, pendingRequest, pendingTool, requestFingerprint, sha256Hex,
+  canonicalJson, compareCodePoints, pendingRequest, pendingTool, requestFingerprint, sha256Hex, toolRunEvidence,
 } from '../dist/index.js';
 
 const vectors = JSON.parse(readFileSync(new URL('../../test-vectors/fingerprints.json', import.meta.url), 'utf8'));
@@ -62,9 +62,12 @@ test('JSON.stringify semantics for what JSON has no form for', () => {
   assert.equal(requestFingerprint('m', [], { system: undefined }), requestFingerprint('m', []));
 });
 
-test('pendingTool', () => {
-  assert.deepEqual(pendingTool('read', { p: 1 }), { tool_name: 'read', tool_arguments: { p: 1 } });
-  assert.deepEqual(pendingTool('read', '{"p": 1}'), { tool_name: 'read', tool_arguments: '{"p": 1}' });
-  assert.deepEqual(pendingTool('sleep', 5), { tool_name: 'sleep', tool_arguments: '5' });
-  assert.deepEqual(pendingTool('noop'), { tool_name: 'noop' });
+test('pendingTool: the tool call as its fingerprints, never its arguments', () => {
+  const tool = pendingTool('read', { p: 1, q: 'a.py' });
+  assert.deepEqual(Object.keys(tool).sort(), ['evidence', 'tool_name']);
+  assert.deepEqual(tool, { tool_name: 'read', evidence: toolRunEvidence('read', { p: 1, q: 'a.py' }) });
+  assert.deepEqual(pendingTool('read', '{"q": "a.py", "p": 1.0}'), tool); // a JSON string is read as JSON
+  assert.notDeepEqual(pendingTool('read', { p: 2, q: 'a.py' }), tool);
+  assert.deepEqual(pendingTool('noop'), { tool_name: 'noop', evidence: toolRunEvidence('noop', undefined) });
+  assert.ok(!JSON.stringify(pendingTool('read', { secret: 'CANARY-7' })).includes('CANARY-7'));
 });

@@ -8,7 +8,7 @@ import { MockLanguageModelV3 } from 'ai/test';
 
 import { LoopBlockedError, LoopGuard } from '../dist/index.js';
 import { blockedIn, guardTools, loopBlocked, loopGuardMiddleware } from '../dist/vercel-ai.js';
-import { fixture, needsService, uid } from './fixture.mjs';
+import { fixture, needsService, recordingLogger, uid } from './fixture.mjs';
 
 const usage = {
   inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
@@ -128,6 +128,50 @@ describe('Vercel AI SDK middleware', needsService, () => {
     const blocked = blockedIn(result.steps);
     assert.ok(blocked instanceof LoopBlockedError);
     assert.equal(blocked.reason, 'failure_loop');
+  });
+
+  test('no content leaves the app: every check carries fingerprints, never the prompt, tool input or results', async () => {
+    const CANARY = 'CANARY-ts-7f3a9';
+    const bodies = [];
+    const logger = recordingLogger();
+    const recording = (input, init) => {
+      if (init?.body) bodies.push(String(init.body));
+      return fetch(input, init);
+    };
+    const guard = new LoopGuard({ endpoint: api, blocklistIntervalMs: null, fetch: recording, logger });
+    const sessionId = uid('canary');
+    let n = 0;
+    const looper = new MockLanguageModelV3({
+      modelId: 'mock-looper',
+      doGenerate: async () => ({
+        content: [{ type: 'text', text: `Reading it again, ${CANARY}.` }, { type: 'tool-call', toolCallId: `c-${n++}`,
+          toolName: 'read_file', input: JSON.stringify({ path: `config-${CANARY}.yaml` }) }],
+        finishReason: { unified: 'tool-calls', raw: 'tool_calls' }, usage, warnings: [],
+      }),
+    });
+    const tools = guardTools({
+      read_file: tool({
+        description: 'Read a file',
+        inputSchema: jsonSchema({ type: 'object', properties: { path: { type: 'string' } }, required: ['path'] }),
+        execute: async () => `port: 80 # ${CANARY}`,
+      }),
+    }, { guard, sessionId });
+    const model = wrapLanguageModel({ model: looper, middleware: loopGuardMiddleware({ guard, sessionId }) });
+    const result = await generateText({ model, system: `You fix configs. ${CANARY}`, prompt: `Fix it. ${CANARY}`,
+      tools, stopWhen: [stepCountIs(10), loopBlocked] });
+    assert.equal(blockedIn(result.steps)?.reason, 'failure_loop'); // caught from the tool's fingerprints alone
+    const checks = bodies.map((b) => JSON.parse(b));
+    assert.ok(checks.length >= 5, String(checks.length));
+    for (const body of bodies) assert.ok(!body.includes(CANARY), body);
+    const modelChecks = checks.filter((c) => c.pending?.request_fingerprint);
+    const toolChecks = checks.filter((c) => c.pending?.tool_name);
+    assert.ok(modelChecks.length >= 3 && toolChecks.length >= 3);
+    for (const c of modelChecks) assert.equal(c.pending.evidence.version, 1);
+    for (const c of toolChecks) assert.deepEqual(Object.keys(c.pending).sort(), ['evidence', 'tool_name']);
+    // the new input of the second call is the tool's result: fingerprinted, so a repeated result repeats its hash
+    assert.equal(modelChecks[1].pending.evidence.input, modelChecks[2].pending.evidence.input);
+    assert.notEqual(modelChecks[0].pending.evidence.input, modelChecks[1].pending.evidence.input);
+    for (const m of [...logger.warnings, ...logger.infos]) assert.ok(!String(m).includes(CANARY), m);
   });
 
   test('the middleware shape for each AI SDK version', () => {

@@ -1,10 +1,10 @@
 """Record the framework corpus: real agent frameworks, their own OpenTelemetry instrumentation, a scripted
 stub model, and the OTLP the real exporter posts, saved as OTLP/JSON with a labelled manifest.
 
-    python3.11 -m venv .venv-rec && .venv-rec/bin/pip install -r detector/evaluation/recordings/requirements.txt
-    .venv-rec/bin/python detector/evaluation/recordings/record.py                       # everything
-    .venv-rec/bin/python detector/evaluation/recordings/record.py --framework openai_v2 --scenario ci_poll_fixed
-    .venv-rec/bin/python detector/evaluation/recordings/record.py --check               # parse and count only
+    python3.11 -m venv .venv-rec && .venv-rec/bin/pip install -r tools/recorder/requirements.txt
+    .venv-rec/bin/python tools/recorder/record.py                       # everything
+    .venv-rec/bin/python tools/recorder/record.py --framework openai_v2 --scenario ci_poll_fixed
+    .venv-rec/bin/python tools/recorder/record.py --check               # parse and count only
 
 The parent process starts one worker interpreter per (framework, content mode), because instrumentors patch
 libraries globally and some read their content switch from the environment at import. A worker starts two
@@ -44,10 +44,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-OUT = HERE / "otlp"
-MANIFEST = HERE / "manifest.json"
+HERE = Path(__file__).resolve().parent  # the recorder: this script, its scenarios, tools, runners and stub model
+REPO = HERE.parents[1]
+CORPUS = REPO / "recordings"  # what it writes: the recorded corpus that `loop-detector eval --recorded` reads
+OUT = CORPUS / "otlp"
+MANIFEST = CORPUS / "manifest.json"
 FRAMEWORKS = ("pydantic_ai", "openai_agents", "langgraph_openllmetry", "langgraph_openinference", "openai_v2")
 SERVICES = {"pydantic_ai": "ops-assistant-pydantic-ai", "openai_agents": "support-desk-agents",
             "langgraph_openllmetry": "langgraph-agent", "langgraph_openinference": "langgraph-agent",
@@ -267,6 +268,7 @@ def versions(framework: str) -> dict[str, str]:
 
 
 def run_worker(framework: str, content: str, scenario_ids: list[str], results: Path) -> None:
+    from agent_tools import World, make_tools
     from frameworks import RUNNERS
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -275,7 +277,6 @@ def run_worker(framework: str, content: str, scenario_ids: list[str], results: P
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from scenarios import BY_ID
     from stub_model import StubModel
-    from tools import World, make_tools
 
     capture = Capture()
     stub = StubModel().__enter__()
@@ -446,10 +447,10 @@ def check() -> int:
     files = sorted(OUT.glob("*.json"))
     listed = {e["file"] for e in manifest["recordings"]}
     bad = [f.name for f in files if f"otlp/{f.name}" not in listed] + [
-        f for f in listed if not (HERE / f).exists()]
+        f for f in listed if not (CORPUS / f).exists()]
     print(f"{'recording':66} {'label':5} {'spans':>5} {'llm':>4} {'tool':>4} {'traces':>6} onset")
     for e in manifest["recordings"]:
-        text = (HERE / e["file"]).read_text()
+        text = (CORPUS / e["file"]).read_text()
         Parse(text, ExportTraceServiceRequest())  # the file is valid protobuf JSON as it stands
         request = from_otlp_json(json.loads(text))  # and its hex ids are 16/8-byte ids
         stats = span_stats(request)

@@ -1,11 +1,11 @@
-"""What every baseline reads: one :class:`Step` per model call, built from the rows the pipeline stored."""
+"""What every baseline reads: one :class:`StoredCall` per model call, built from the rows the pipeline stored."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Baseline", "Step", "ToolRun"]
+__all__ = ["Baseline", "StoredCall", "ToolRun"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +19,7 @@ class ToolRun:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class StoredCall:
     """One model call and the tools it ran, as stored."""
 
     trace_id: str
@@ -36,6 +36,6 @@ class Baseline(Protocol):
     label: str  # what the table shows
     source: str  # where the published behaviour is described
 
-    def observe(self, step: Step) -> bool:
+    def observe(self, step: StoredCall) -> bool:
         """Account one call (in order); True when the rule fires on it."""
         ...

@@ -1,4 +1,5 @@
-"""Structured JSON logs: one object per line, the record's ``extra`` fields included.
+"""What the process writes to its own log: structured JSON, one object per line (the record's ``extra`` fields included),
+and the escalation transitions of each detection cycle. (Not the OTLP log records agents send: :mod:`detector.ingest.logs`.)
 
 Only structural metadata is ever logged (ids, levels, signal values, hashes); never prompt or
 response content.

@@ -24,8 +24,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agent_tools import ToolError
 from scenarios import Scenario
-from tools import ToolError
 
 MODEL = "gpt-4o-mini"
 
