@@ -4,7 +4,7 @@ Both corpora of the repository (the generated one: 248 runs; the recorded one: 9
 under both configurations (the defaults, ``preset: protect``), go through the pipeline deterministically
 (``tests/support/golden_pipeline.py``: fixed ids and times, one insert and one detection cycle per round). What the
 normalization made of every span (a digest of each ``otel.genai_calls`` row) and the decision read after every call
-must equal ``tests/data/golden_pipeline.json.gz``, which the same script wrote on c7acdac, the last release that
+must equal ``tests/data/golden_pipeline.json.gz``, which the same script wrote on 6a852c8, the last commit that
 normalized spans on insert with a materialized view (the file records the command, ``produced_by``).
 
 When detection changes on purpose (``detector/core``), the decisions change with it: regenerate the file on the

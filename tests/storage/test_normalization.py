@@ -17,6 +17,12 @@ from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, insert_rows
 
 CALLS = 16  # per agent
+MODULES = ("parser", "lexer", "tokens", "grammar", "printer", "errors", "cache", "config", "loader", "plugins",
+           "scheduler", "network", "storage", "metrics", "logging", "cli")  # an honest agent reads one each step
+FACTS = ("a recursive descent parser", "a table driven lexer", "the token kinds", "the grammar's productions",
+         "pretty printing", "the error hierarchy", "an LRU cache", "the YAML settings", "the module loader",
+         "entry point plugins", "a cron scheduler", "the HTTP client", "the SQLite layer", "Prometheus counters",
+         "structured logs", "the argument parser")
 CALL_COUNTS = "SELECT span_id, count() AS n FROM otel.genai_calls GROUP BY span_id ORDER BY span_id"
 
 
@@ -106,11 +112,11 @@ def looping_agents(store, sessions: int) -> None:
     for s in range(sessions):
         stuck = s % 2 == 0
         for i in range(CALLS):
-            args = '{"path": "a.py"}' if stuck else json.dumps({"path": f"f{i}.py"})
+            args = '{"path": "a.py"}' if stuck else json.dumps({"path": f"{MODULES[i]}.py"})
             result = ("def parse(text): return text.split() # the same file, nothing new in it" if stuck
-                      else f"line {i}: a different part of the file with new facts about step {i}")
+                      else f"# {MODULES[i]}: {FACTS[i]}, written by the {MODULES[i]} team")
             said = ("Let me read a.py once more to find where the parser goes wrong" if stuck
-                    else f"Step {i}: reading the next file, f{i}.py, for the rest of the picture")
+                    else f"Now {MODULES[i]}.py, to see how {FACTS[i]} fits in")
             rows.append(span(f"t{s}", f"c{s}-{i}", chat(f"s{s}", said, args),
                              offset_s=10 * i))
             rows.append(span(f"t{s}", f"x{s}-{i}", tool(args, result), offset_s=10 * i + 2, name="execute_tool read_file"))

@@ -14,7 +14,7 @@ configuration:
 
 It uses only what every release since c7acdac has (the decoders, ``Store.insert_arrow``, ``DetectorJob``), so the
 same file produces the golden on an older checkout: ``tests/data/golden_pipeline.json.gz`` was written this way from
-c7acdac, the last release that normalized on insert (the command is in that file, ``produced_by``), and
+6a852c8, the last commit that normalized on insert (the command is in that file, ``produced_by``), and
 ``tests/evaluation/test_golden_pipeline.py`` compares the current pipeline with it.
 
     .venv/bin/python tests/support/golden_pipeline.py OUT.json[.gz] [--commit SHA]
