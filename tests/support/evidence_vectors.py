@@ -3,8 +3,10 @@
 Inputs (texts, tool calls, whole model calls as GenAI semantic-conventions messages) go into real spans
 (``otel.otel_traces``), and the expected values are what the normalization writes into ``otel.genai_calls``
 for them: the observation of a tool's result, the reply's hashes, the requested tool calls' hashes, a tool run's
-hashes. The one value no column holds yet, the request fingerprint, is computed by :data:`REQUEST_FP_SQL` (the
-mapping part B of issue 27 puts into the view). The canonical forms in between (the new input of a call, a tool
+hashes. The request fingerprint is computed by :data:`REQUEST_FP_SQL`, the SDK's per-message formula in SQL: a
+span with content keeps the hash of its whole input as its dialect wrote it (``request_fp``), which an app cannot
+reproduce byte for byte, and a span without content takes ``loop_detector.fp.request`` as it is (both are compared
+only with the same session's own, for equality; docs/sdk.md, "Fingerprints"). The canonical forms in between (the new input of a call, a tool
 call's arguments as a span holds them, the normalized texts) are the SDK's definitions, pinned here for both SDKs;
 the normalized texts are checked against ClickHouse through their hashes.
 
