@@ -23,10 +23,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from loop_detector_sdk.evidence.fingerprints import ATTRIBUTES, call_evidence
 from loop_detector_sdk.evidence.messages import from_openai_chat, reply_text
-from support.enforcement import make_config
+from support.enforcement import admin_headers, make_config
 
 from detector.evaluation.simulate import wait_for_detector
 from detector.service.process import running_service
@@ -172,3 +173,7 @@ def test_with_content_off_the_hook_flags_the_loop_as_content_does_and_the_health
     for run in (healthy, content["agents"][1], bare["agents"][1]):
         assert [c["decision"]["action"] for c in run["calls"]] == ["allow"] * len(run["calls"]), run["session"]
     assert "exact" not in {v[2] for v in verdicts(bare["agents"][0]["calls"])}  # no content, no fingerprints
+    # where the evidence came from, per call: the session's detail says it
+    for run, source in ((loop, "fingerprints"), (content["agents"][0], "content"), (bare["agents"][0], "sizes")):
+        r = httpx.get(f"{eps.api}/admin/loop-detection/sessions/{run['session']}", headers=admin_headers(service))
+        assert r.status_code == 200 and r.json()["evidence_sources"] == {source: len(run["calls"])}, r.text
