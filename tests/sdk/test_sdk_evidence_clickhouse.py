@@ -66,7 +66,9 @@ TOKENS = ["took 12ms", "elapsed=3.5", "duration: 10", "latency_ms' : 7", "2024-0
           "550e8400-e29b-41d4-a716-446655440000", " ", "\t", "\n", "\x0b", "\x0c", "é", "😀", "x", "page 2", "5 s",
           "3secs", "4 minutes", '"id": 3', '{"a": "b"}', "no results", "Not Found", '"results": []', '"count": 0',
           "null", "[ ]", "{}", "none", "NOTHING MATCHED", "_x9", "-", '"', "'", "\\", '\\"key\\": ', "é1", "1é",
-          "ABCDEF01", ":", "00:00", "Word", "longer words here", "日本語", "\u2028"]
+          "ABCDEF01", ":", "00:00", "Word", "longer words here", "日本語", "\u2028", "Error", "errors", "can't",
+          "Timed Out", "usage:", "<returncode>1", "<returncode>0", "status", '"status": "running"', "state=queued",
+          '\\"phase\\": \\"in-progress\\"', "pending", "érror", "erroré", "not ready"]
 
 
 def _generated(seed: int, n: int) -> list[str]:
@@ -94,8 +96,10 @@ def test_the_python_normalization_and_hashes_are_the_views_on_generated_texts(st
     for i, text in enumerate(texts):
         t, r, u = rows[f"gen-t{i}"], rows[f"gen-r{i}"], rows[f"gen-u{i}"]
         o, rep = observation(text), reply(text)
-        assert (t["observation_fp"], t["observation_simhash"], t["observation_empty"], t["observation_chars"]) == (
-            str(o.fp), str(o.simhash), str(int(o.empty)), str(o.chars)), repr(text)
+        assert (t["observation_fp"], t["observation_simhash"], t["observation_empty"], t["observation_chars"],
+                t["observation_failed"], t["observation_shape_fp"], t["observation_pending"]) == (
+            str(o.fp), str(o.simhash), str(int(o.empty)), str(o.chars), str(int(o.failed)), str(o.shape),
+            str(int(o.pending))), repr(text)
         assert (r["output_fp"], r["output_norm_simhash"]) == (str(rep.fp), str(rep.simhash)), repr(text)
         args = arguments_text(text)
         call, run = tool_call("t", args), tool_run("t", args)
@@ -233,6 +237,8 @@ def test_a_chat_span_without_content_takes_its_evidence_from_the_app_fingerprint
         assert (got["request_fp"], got["observation_fp"], got["observation_simhash"], got["observation_empty"],
                 got["observation_chars"]) == (call["request"], o["fp"], o["simhash"], str(int(o["empty"])),
                                               str(o["chars"])), call["name"]
+        assert (got["observation_failed"], got["observation_shape_fp"], got["observation_pending"]) == (
+            str(int(o["failed"])), o["shape"], str(int(o["pending"]))), call["name"]
         assert (got["output_fp"], got["output_norm_simhash"]) == (r["fp"], r["simhash"]), call["name"]
         names = [p["name"] for m in call["outputs"] for p in m["parts"] if p["type"] == "tool_call"]
         assert got["out_tool_names"] == json.dumps(names).replace(" ", "").replace('"', "'"), call["name"]
