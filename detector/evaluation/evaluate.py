@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+from loop_detector_sdk.evidence.fingerprints import genai_call_evidence
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
@@ -78,12 +79,13 @@ PRESET_TARGETS: dict[str, dict[str, float]] = {
 
 def emit_call(tracer: Tracer, call: CallSpec, *, session_id: str, start_ns: int, capture_content: bool,
               history: list[dict[str, Any]], parent: otel_context.Context | None = None,
-              virtual_key: str | None = None) -> int:
+              virtual_key: str | None = None, app_fingerprints: bool = False) -> int:
     """Emit one model call and its tool runs as GenAI spans starting at ``start_ns``; returns when the step
     ended. ``history`` is the conversation so far (GenAI message format); it grows like a real agent's:
     the user text, the assistant message, the tool results. ``call.restart`` starts a fresh conversation
     (a stateless request). Content (messages, tool arguments and results) only with ``capture_content``,
-    as every instrumentation makes it opt-in."""
+    as every instrumentation makes it opt-in; without it, ``app_fingerprints`` puts on each chat span the
+    ``loop_detector.fp.*`` attributes the SDK's completion hook would set from the same messages."""
     if call.restart:
         history.clear()
     if call.user_text:
@@ -106,6 +108,9 @@ def emit_call(tracer: Tracer, call: CallSpec, *, session_id: str, start_ns: int,
     finish = "tool_calls" if call.tools else "stop"
     if capture_content:
         attrs[sc.GEN_AI_INPUT_MESSAGES] = json.dumps(history)
+    elif app_fingerprints:  # what the completion hook sets, from the same messages (none out of a failed call)
+        outputs = [] if call.error else [{"role": "assistant", "parts": parts, "finish_reason": finish}]
+        attrs.update(genai_call_evidence(call.model, history, outputs).span_attributes())
     if not call.error:  # a failed request has no response: no usage, no output
         attrs.update({
             sc.GEN_AI_RESPONSE_MODEL: call.model,
@@ -286,7 +291,8 @@ def replay(scenarios: Sequence[Scenario], config: AppConfig, *, config_name: str
                 start = run.t_ns + int(call.gap_s * 1e9)
                 run.t_ns = emit_call(tracer, call, session_id=run.session_id, start_ns=start,
                                      capture_content=run.scenario.capture_content, history=run.history,
-                                     parent=run.ctx, virtual_key=run.scenario.virtual_key or None)
+                                     parent=run.ctx, virtual_key=run.scenario.virtual_key or None,
+                                     app_fingerprints=run.scenario.app_fingerprints)
                 if i == len(run.scenario.calls) - 1:
                     run.span.end(end_time=run.t_ns)
             provider.force_flush()
@@ -933,7 +939,14 @@ def run_cli(args: Any) -> int:
 
 def _real_runs_cli(args: Any) -> int:
     """``loop-detector eval --real-runs FILE``: the yardstick (:mod:`detector.evaluation.real_runs`)."""
-    from detector.evaluation.real_runs import LABELS_FILE, load_labels, load_real_runs, render_real_eval, run_real_eval
+    from detector.evaluation.real_runs import (
+        CONTENT_MODES,
+        LABELS_FILE,
+        load_labels,
+        load_real_runs,
+        render_real_eval,
+        run_real_eval,
+    )
 
     try:
         runs = load_real_runs(args.real_runs)
@@ -944,8 +957,14 @@ def _real_runs_cli(args: Any) -> int:
     if not any(r.id in labels for r in runs):
         print("none of the runs has a label: rebuild them with extract.py (corpora/real-runs/README.md)", file=sys.stderr)
         return 2
+    modes = [m.strip() for m in (getattr(args, "content", None) or ",".join(CONTENT_MODES)).split(",") if m.strip()]
+    unknown = [m for m in modes if m not in CONTENT_MODES]
+    if unknown or not modes:
+        print(f"unknown content mode {', '.join(unknown) or '(none)'}: choose from {', '.join(CONTENT_MODES)}",
+              file=sys.stderr)
+        return 2
     report = run_real_eval(runs, labels, presets=("default",) if args.no_blocking_pass else ("default", "protect"),
-                           tool_errors=args.tool_errors, progress=not args.quiet)
+                           tool_errors=args.tool_errors, progress=not args.quiet, modes=modes)
     print(render_real_eval(report, markdown=args.markdown))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
