@@ -20,9 +20,10 @@ next cycle and its run).
 
 That criterion is an upper bound: a cycle that starts after the commit but before the 200 reaches the sender (as one
 nudged by the commit does) has read the request's calls too, and is not credited. So each lag is also measured
-exactly, once ``serve`` has stopped: from the store, the time each request's insert ran (``genai_calls.inserted_at``,
-the watermark's own clock; the store runs one statement at a time, so a cycle whose cutoff is past it read the
-calls), and the lag is the first poll whose watermark is past that, minus the span's end.
+exactly, once ``serve`` has stopped: from the store, the time each request's insert ran (``genai_spans.inserted_at``,
+the staged span's insertion, the watermark's own clock; the store runs one statement at a time, so a cycle whose
+cutoff is past it normalized and read the calls), and the lag is the first poll whose watermark is past that, minus
+the span's end.
 
 The baseline, measured first in the same run: a trickle (20 spans/s), where the lag is one insert and the cycle
 schedule.
@@ -224,7 +225,7 @@ def measure(proc: ServeProcess, monitor: Monitor, rate: int, seconds: float, ses
 
 
 SELECT_INSERTED = """
-SELECT span_id, toUnixTimestamp64Micro(inserted_at) AS us FROM otel.genai_calls WHERE span_id IN {ids:Array(String)}
+SELECT span_id, toUnixTimestamp64Micro(inserted_at) AS us FROM otel.genai_spans WHERE span_id IN {ids:Array(String)}
 """
 
 

@@ -7,13 +7,14 @@
 - ``kill9``: ``--runs`` times, a real ``serve`` under 8 concurrent senders (500-span requests with content) is
   killed with SIGKILL at a random moment; the store is opened to count what the kill left half stored; ``serve``
   restarts on the same data directory (its start repairs the journal), every sender resends what was not
-  acknowledged (the same bytes, as exporters do), and the audit checks acknowledged = stored (once, in both tables)
+  acknowledged (the same bytes, as exporters do), and the audit checks acknowledged = stored (once in otel_traces,
+  once staged in genai_spans, once normalized in genai_calls)
   = scored (once). Baseline: the first start's time to ready.
 - ``sigterm``: ``--runs`` // 2 times, SIGTERM under the same load: exit code, time to exit, the final checkpoint
   against the watermark, acknowledged = stored = scored. Baseline: the graceful-shutdown bound.
 - ``poison``: 20 rounds of 1 poisoned request beside 6 valid ones, sent at once; the poison is a span ending past
-  DateTime64(9) (refused by the decoder), then a span a materialized view refuses (``throwIf``, refused by the
-  store: the commit path's isolation). Baseline: the same rounds without poison (latency of the valid requests).
+  DateTime64(9) (refused by the decoder), then a span refused by a materialized view an operator added
+  (``throwIf``, refused by the store: the commit path's isolation). Baseline: the same rounds without poison (latency of the valid requests).
 - ``cardinality``: 50,000 distinct virtual keys in real spans through ``serve``: the scrape's size and time, the
   process's memory. Baseline: the same after one key.
 - ``slow``: 600 connections that send nothing, half a header or a body a byte at a time, against ``serve`` with
@@ -47,21 +48,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
 from doc_sections import write_section  # noqa: E402
-from support.otlp_load import Senders, audit_store  # noqa: E402
+from support.otlp_load import HALF_STORED, Senders, audit_store  # noqa: E402
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
 
-from detector.ingest.commit import read_journal  # noqa: E402
+from detector.ingest.journal import read_journal  # noqa: E402
 from detector.storage.transport import ChdbStore  # noqa: E402
 
 SECTION = "## Reliability probes (bench/reliability.py)"
 FAST = "detector:\n  interval_seconds: 0.5\n"
 SPANS_IN = "SELECT count() AS n FROM otel.otel_traces WHERE (TraceId, SpanId) IN {k:Array(Tuple(String, String))}"
-CALLS_IN = "SELECT count() AS n FROM otel.genai_calls WHERE (trace_id, span_id) IN {k:Array(Tuple(String, String))}"
-HALF_STORED = """
-SELECT count() AS n FROM otel.otel_traces
-WHERE SpanAttributes['gen_ai.operation.name'] != '' AND (TraceId, SpanId) NOT IN (SELECT trace_id, span_id FROM otel.genai_calls)
-"""
+STAGED_IN = "SELECT count() AS n FROM otel.genai_spans WHERE (trace_id, span_id) IN {k:Array(Tuple(String, String))}"
 
 
 def row(figure: str, value: float | str, unit: str = "", ratio: str = "") -> str:
@@ -99,7 +96,7 @@ def timed_start(data: Path, config: Path) -> tuple[ServeProcess, float]:
 def probe_kill9(runs: int) -> list[str]:
     rng = random.Random(16)
     totals = {"sent": 0, "acked_before": 0, "half": 0, "journals": 0, "lost": 0, "dupes": 0, "half_after": 0,
-              "scored_twice": 0, "unscored": 0, "journaled_spans": 0, "journaled_in_traces": 0, "journaled_in_calls": 0}
+              "scored_twice": 0, "unscored": 0, "journaled_spans": 0, "journaled_in_traces": 0, "journaled_staged": 0}
     first, restarts = [], []
     exact_runs = 0
     for _ in range(runs):
@@ -126,10 +123,10 @@ def probe_kill9(runs: int) -> list[str]:
                         keys = list(zip(request.rows.column("TraceId").to_pylist(),
                                         request.rows.column("SpanId").to_pylist(), strict=True))
                         in_traces = int(store.rows(SPANS_IN, {"k": keys})[0]["n"])
-                        in_calls = int(store.rows(CALLS_IN, {"k": keys})[0]["n"])
+                        in_staged = int(store.rows(STAGED_IN, {"k": keys})[0]["n"])
                         totals["journaled_spans"] += len(keys)
                         totals["journaled_in_traces"] += in_traces
-                        totals["journaled_in_calls"] += in_calls
+                        totals["journaled_staged"] += in_staged
                 store.close()
                 proc, started = timed_start(data, config)
                 restarts.append(started)
@@ -151,7 +148,8 @@ def probe_kill9(runs: int) -> list[str]:
             totals["half"] += half
             totals["journals"] += journals
             totals["lost"] += audit.spans_sent - audit.stored_spans
-            totals["dupes"] += (audit.stored_rows - audit.stored_spans) + (audit.call_rows - audit.calls)
+            totals["dupes"] += ((audit.stored_rows - audit.stored_spans) + (audit.staged_rows - audit.staged)
+                                + (audit.call_rows - audit.calls))
             totals["half_after"] += audit.orphans
             totals["scored_twice"] += (audit.scored_session + audit.scored_trace) - audit.scored_distinct
             totals["unscored"] += 2 * audit.llm_calls - audit.scored_distinct
@@ -160,13 +158,14 @@ def probe_kill9(runs: int) -> list[str]:
             row("runs with acknowledged = stored = scored, exactly once", f"{exact_runs} of {runs}"),
             row("spans sent (every request eventually acknowledged)", totals["sent"], "spans"),
             row("spans acknowledged before the kill", totals["acked_before"], "spans"),
-            row("half-stored spans the kills left (otel_traces without genai_calls)", totals["half"], "spans"),
+            row("half-stored spans the kills left (otel_traces without genai_spans)", totals["half"], "spans"),
             row("journaled batches found at restart (repaired)", totals["journals"], "batches"),
-            row("their spans, and how many were in otel_traces / genai_calls when the process died",
-                f"{totals['journaled_spans']:,}: {totals['journaled_in_traces']:,} / {totals['journaled_in_calls']:,}",
+            row("their spans, and how many were in otel_traces / genai_spans when the process died",
+                f"{totals['journaled_spans']:,}: {totals['journaled_in_traces']:,} / {totals['journaled_staged']:,}",
                 "spans"),
             row("after restart and retries: spans lost", totals["lost"], "spans"),
-            row("after restart and retries: duplicate rows (both tables)", totals["dupes"], "rows"),
+            row("after restart and retries: duplicate rows (otel_traces, genai_spans, genai_calls)", totals["dupes"],
+                "rows"),
             row("after restart and retries: half-stored spans", totals["half_after"], "spans"),
             row("calls scored twice / not scored", f"{totals['scored_twice']} / {totals['unscored']}", "scores"),
             row("first start to ready (baseline), median", base, "s", "1.00"),
@@ -216,7 +215,8 @@ def probe_poison(rounds: int = 20) -> list[str]:
 
     from support.servers import serve_app
 
-    from detector.ingest.receiver import IngestMetrics, create_otlp_app
+    from detector.ingest.counters import IngestMetrics
+    from detector.ingest.receiver import create_otlp_app
     from detector.settings.config import IngestSettings
     from detector.storage.schema import apply_schema
 

@@ -7,9 +7,9 @@
 -- OTLP receivers and the collector) write here.
 --
 -- GenAI content carried in logs (`gen_ai.client.inference.operation.details`, or the older per-message events
--- gen_ai.user.message, gen_ai.choice, ...) is joined to its span by TraceId/SpanId when the detector reads the
--- span's call (detector/storage/log_content.py): the span's row in otel.genai_calls is normalized again with
--- the content of its logs, by the same view (002_genai_calls.sql).
+-- gen_ai.user.message, gen_ai.choice, ...) is joined to its span by TraceId/SpanId when the detection cycle
+-- normalizes the span (genai_calls_normalized.sql.tmpl): a model call whose span carries no messages of its own gets
+-- those of its logs.
 CREATE TABLE IF NOT EXISTS otel.otel_logs (
     `Timestamp` DateTime64(9) COMMENT 'Event timestamp with nanosecond precision' CODEC(Delta(8), ZSTD(1)),
     `TraceId` String COMMENT 'W3C trace identifier' CODEC(ZSTD(1)),

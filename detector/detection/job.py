@@ -2,6 +2,8 @@
 
 Each cycle:
 
+0. one statement: the GenAI spans staged since the watermark become ``otel.genai_calls`` rows (normalized,
+   fingerprinted, their content logs joined: :mod:`detector.storage.normalization`);
 1. windowed SQL: the calls inserted since the watermark (``inserted_at``), never older history;
    scopes the engine does not hold in memory are loaded once from ``otel.loop_state`` (only those
    persisted: :class:`~detector.storage.persisted_scopes.StoredIndex`);
@@ -35,8 +37,7 @@ from detector.detection.gc_policy import CollectorPolicy
 from detector.settings.config import AppConfig
 from detector.settings.vocabulary import SCOPE_SESSION, SCOPE_TRACE
 from detector.storage.budget_totals import load_totals, save_totals
-from detector.storage.call_rows import CALL_COLUMNS
-from detector.storage.log_content import LogContent
+from detector.storage.normalization import SELECT_NOW_US, Normalization
 from detector.storage.persisted_scopes import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.storage.tables import decision_table, event_table, score_table, state_table
 from detector.storage.transport import Store, insert_rows
@@ -46,20 +47,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("loop_detector.detector")
-
-# Calls inserted in (watermark, cutoff], owned by this shard. execute_tool spans usually carry no
-# session attribute (their session is their trace), so every shard reads them and attaches them to
-# the traces it owns.
-SELECT_NEW_CALLS = f"""
-SELECT {CALL_COLUMNS}
-FROM otel.genai_calls
-WHERE inserted_at > fromUnixTimestamp64Micro({{watermark:Int64}})
-  AND inserted_at <= fromUnixTimestamp64Micro({{cutoff:Int64}})
-  AND (call_kind = 'tool' OR cityHash64(session_id) % {{shards:UInt32}} = {{shard:UInt32}})
-ORDER BY ts_ns, span_id
-"""
-
-SELECT_NOW_US = "SELECT toUnixTimestamp64Micro(now64(6)) AS now_us"
 
 SELECT_STATES = """
 SELECT scope, scope_id, session_id, virtual_key, call_count, total_tokens, cost_usd,
@@ -115,8 +102,8 @@ class CycleStats:
     seconds: float = 0.0
     watermark_us: int = 0
     lag_seconds: float = 0.0
-    # where the cycle's time went: read (the new calls, missing scope states), score (the engine), write
-    # (scores, events, decisions, watermark), checkpoint (when one was due)
+    # where the cycle's time went: transform (staged spans to calls), read (the new calls, missing scope states),
+    # score (the engine), write (scores, events, decisions, watermark), checkpoint (when one was due)
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -164,7 +151,8 @@ class DetectorJob:
         self.last_stats = CycleStats()
         self.cycles = 0
         self.collector = CollectorPolicy()  # garbage collection around cycles (see detector.detection.gc_policy)
-        self.log_content = LogContent(store)  # content that came in logs, joined to its calls
+        index, count = self.shard
+        self.normalization = Normalization(store, index, count)  # staged spans to calls, and the calls read
         self.rerun_cutoff_us = 0  # a cycle killed while writing: run again over (watermark, this] after a restart
 
     @property
@@ -233,13 +221,16 @@ class DetectorJob:
         with self.store.exclusive():
             now_us = int(self.store.rows(SELECT_NOW_US)[0]["now_us"])
             cutoff = upto_us if upto_us is not None else now_us - int(self.config.detector.watermark_lag_seconds * 1e6)
-            index, count = self.shard
-            new_calls = None if cutoff <= self.watermark_us else self.store.arrow(
-                SELECT_NEW_CALLS, {"watermark": self.watermark_us, "cutoff": cutoff, "shards": count, "shard": index})
+            new_calls = None
+            if cutoff > self.watermark_us:
+                # (a replay re-reads what its cycles transformed before the restart)
+                staged = replay or self.normalization.transform(self.watermark_us, cutoff)
+                transformed = time.perf_counter()
+                new_calls = self.normalization.read(self.watermark_us, cutoff, staged)
         if new_calls is None:  # nothing can be new (the checkpoint still runs outside the store's hold)
             self._maybe_checkpoint(now_us)
             return CycleStats(watermark_us=self.watermark_us)
-        calls = self.log_content.enrich(Call.from_columns(new_calls.to_pydict()))
+        calls = Call.from_columns(new_calls.to_pydict())
         self._load_missing(calls)
         read = time.perf_counter()
         out = self.engine.process(calls, now_us=now_us)
@@ -282,8 +273,8 @@ class DetectorJob:
         stats = CycleStats(
             calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
             seconds=ended - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
-            phases={"read": read - started, "score": scored - read, "write": written - scored,
-                    "checkpoint": ended - written},
+            phases={"transform": transformed - started, "read": read - transformed, "score": scored - read,
+                    "write": written - scored, "checkpoint": ended - written},
         )
         if replay:
             return stats

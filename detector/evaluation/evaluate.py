@@ -973,6 +973,6 @@ def schema_fingerprint() -> str:
     from detector.storage.schema import sql_dir
 
     digest = hashlib.sha256()
-    for path in sorted(sql_dir().glob("*.sql")):
+    for path in sorted(sql_dir().glob("*.sql*")):  # the DDL and the normalization query (.sql.tmpl)
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]

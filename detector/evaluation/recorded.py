@@ -60,7 +60,7 @@ def _attrs(span: dict[str, Any]) -> dict[str, str]:
 
 
 def is_llm_span(span: dict[str, Any]) -> bool:
-    """A model inference span, in any of the dialects the view reads (as ``clickhouse/002_genai_calls.sql``)."""
+    """A model inference span, in any of the dialects the normalization reads (``clickhouse/genai_calls_normalized.sql.tmpl``)."""
     a = _attrs(span)
     op = a.get("gen_ai.operation.name", "")
     if op:

@@ -18,7 +18,7 @@ that is not 8 bytes, a span id without a trace id, a timestamp further in the fu
 ``max_future_skew_seconds`` or older than ``max_age_days``. Attribute and body values are never logged.
 
 GenAI content in logs (``gen_ai.client.inference.operation.details``, per-message events) is joined to its span
-by trace and span id when the detector reads the span's call (:mod:`detector.storage.log_content`).
+by trace and span id when the detection cycle normalizes the span (``clickhouse/genai_calls_normalized.sql.tmpl``).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ contrib ClickHouse exporter writes it:
 Spans that cannot be stored sensibly are rejected one by one (the rest of the request is kept): a
 trace id that is not 16 bytes or is all zero, a span id that is not 8 bytes or is all zero, a parent
 span id of the wrong length, a start time of 0, an end time before the start or past the end of
-``DateTime64(9)`` (2262-04-11: the store's materialized view computes the end as a ``DateTime64(9)`` and
-would fail the whole insert), a start further in the future than ``max_future_skew_seconds`` or older than
+``DateTime64(9)`` (2262-04-11: the end is a ``DateTime64(9)`` in ``otel.genai_calls``; the normalization saturates
+what a collector may store, but a span ending after the year 2262 is not one to score), a start further in the future than ``max_future_skew_seconds`` or older than
 ``max_age_days``. Every value the store would reject is caught here, before the insert, so that one
 sender's bad span costs that span only (``detector/ingest/commit.py`` isolates what still gets through). The result carries the count
 and a short message naming the reasons and the first offending positions (never attribute values:

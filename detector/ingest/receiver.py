@@ -24,7 +24,7 @@ Per the OTLP/HTTP specification:
   acknowledged. Never for the request's data: spans the store refuses are rejected one by one.
 
 ``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
-materialized view into ``otel.genai_calls`` included). Decoding (into an Arrow table of the rows)
+staging view into ``otel.genai_spans`` included). Decoding (into an Arrow table of the rows)
 runs in a worker thread; committing (group commit, isolation between senders, all or nothing,
 idempotent retries) is :mod:`detector.ingest.commit`'s, so that every receiver shares one commit path.
 This module only moves bytes and maps outcomes to HTTP.
@@ -53,14 +53,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from detector.ingest.commit import (
-    MAX_GROUP_BYTES,
-    Committer,
-    DecodedRequest,
-    IngestMetrics,
-    request_digest,
-    safe_error,
-)
+from detector.ingest.commit import Committer
+from detector.ingest.counters import IngestMetrics
+from detector.ingest.group_commit import MAX_GROUP_BYTES
 from detector.ingest.logs import (
     METRICS_REFUSED,
     count_metric_points_json,
@@ -70,12 +65,14 @@ from detector.ingest.logs import (
 )
 from detector.ingest.logs_commit import LogsCommitter
 from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf, gc_paused
+from detector.ingest.requests import DecodedRequest, request_digest
+from detector.ingest.store_errors import safe_error
 from detector.settings.config import IngestSettings
 from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 
 __all__ = [
-    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "IngestMetrics", "JSON",
+    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "JSON",
     "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "authorized", "create_otlp_app", "decode_logs_body",
     "decode_request", "inflate_limited",
 ]

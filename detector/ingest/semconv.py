@@ -1,7 +1,7 @@
 """Attribute names: the OpenTelemetry GenAI semantic conventions and loop-detector's own.
 
-One place for every attribute name the Python side reads or writes (the ClickHouse materialized
-view in ``clickhouse/002_genai_calls.sql`` spells the same names for the store side).
+One place for every attribute name the Python side reads or writes (the normalization in
+``clickhouse/genai_calls_normalized.sql.tmpl`` spells the same names for the store side).
 """
 
 __all__ = [

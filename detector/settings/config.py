@@ -313,7 +313,8 @@ class RetentionSettings(_Strict):
     which group). Applied as a ClickHouse TTL at start and on every config change, on chDB and on a server."""
 
     spans: int | None = Field(7 * 86400, description="raw spans (they can carry prompts): otel_traces, its trace-id "
-                              "lookup table, otel_logs; default 7d; 0/off keeps them forever")
+                              "lookup table, otel_logs, the staged GenAI spans (genai_spans); default 7d; 0/off keeps "
+                              "them forever")
     detector: int | None = Field(30 * 86400, description="the detector's own rows: genai_calls, scores, events, the "
                                  "webhook outbox; default 30d; 0/off keeps them forever")
 

@@ -5,9 +5,10 @@ Derived from the single-node DDL in ``clickhouse/`` so the two can never drift a
 * every ``otel.NAME`` table becomes ``otel.NAME_local`` (engine ``Replicated<engine>`` with the usual
   ``/clickhouse/tables/{shard}/otel/NAME_local`` and ``{replica}`` macros) plus ``otel.NAME``, a
   Distributed table over it with the same columns, so every query of the project runs unchanged;
-* the materialized view reads ``otel_traces_local`` and writes ``genai_calls_local`` on each shard, so
-  spans inserted through the Distributed ``otel_traces`` (by the Collector or by loop-detector) are
-  normalized on the shard that stores them.
+* a materialized view on ``otel.otel_traces`` reads ``otel_traces_local`` and writes its target's ``_local`` table
+  on each shard, so spans inserted through the Distributed ``otel_traces`` (by the Collector or by loop-detector)
+  are staged on the shard that stores them. (The normalization is a query, not DDL: it reads the Distributed tables
+  like every query of the project.)
 
 Sharding keys keep what is read together on one shard: spans by trace, detector rows by scope id.
 ``clickhouse/cluster/schema.sql`` is this output for the default cluster name, committed for init
@@ -27,6 +28,7 @@ SHARDING_KEYS = {
     "otel_traces_trace_id_ts": "cityHash64(TraceId)",
     "otel_logs": "cityHash64(TraceId)",  # a span's logs on its span's shard
     "genai_calls": "cityHash64(trace_id)",
+    "genai_spans": "cityHash64(trace_id)",
     "loop_meta": "cityHash64(key)",
     "loop_webhook_outbox": "cityHash64(event_id)",
 }

@@ -41,6 +41,7 @@ RETAINED_TABLES: tuple[RetainedTable, ...] = (
     RetainedTable("otel_traces", "toDateTime(Timestamp)", "spans"),
     RetainedTable("otel_traces_trace_id_ts", "toDateTime(Start)", "spans"),
     RetainedTable("otel_logs", "toDateTime(Timestamp)", "spans"),  # OTLP logs, once that table exists
+    RetainedTable("genai_spans", "toDateTime(inserted_at)", "spans"),  # the staged spans: attributes, content
     RetainedTable("genai_calls", "toDateTime(inserted_at)", "detector"),
     RetainedTable("loop_scores", "toDateTime(inserted_at)", "detector"),
     RetainedTable("loop_events", "toDateTime(inserted_at)", "detector"),

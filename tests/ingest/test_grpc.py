@@ -157,6 +157,8 @@ def test_real_exporters_gzip_spans_and_logs_are_committed_when_acknowledged(serv
     # SimpleSpanProcessor exported synchronously: an OK means the rows are there already
     store = svc.store
     assert count(store, "SELECT count() AS n FROM otel.otel_traces WHERE TraceId = {t:String}", t=trace_id) == 1
+    assert count(store, "SELECT count() AS n FROM otel.genai_spans WHERE trace_id = {t:String}", t=trace_id) == 1
+    wait_for_detector(eps.api, time.time_ns() // 1000)  # a detection cycle made it a call
     (call,) = store.rows("SELECT session_id, input_tokens, service_name FROM otel.genai_calls "
                          "WHERE trace_id = {t:String}", {"t": trace_id})
     assert call == {"session_id": session, "input_tokens": 12, "service_name": "grpc-agent"}

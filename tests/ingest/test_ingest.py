@@ -1,4 +1,4 @@
-"""The OTLP/HTTP receiver end to end: real SDK exporter -> receiver over HTTP -> chDB -> materialized view.
+"""The OTLP/HTTP receiver end to end: real SDK exporter -> receiver over HTTP -> chDB -> staging view -> calls.
 
 Rows must look exactly like the OpenTelemetry Collector's ClickHouse exporter writes them; bad
 requests must be refused with the OTLP status codes while the service keeps serving and the data
@@ -36,9 +36,11 @@ from opentelemetry.trace import Link, SpanKind, StatusCode
 from opentelemetry.trace import Status as OtelStatus
 from support.servers import serve_app
 
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.otlp import OTLPDecodeError, decode_protobuf, go_float
-from detector.ingest.receiver import IngestMetrics, create_otlp_app
+from detector.ingest.receiver import create_otlp_app
 from detector.settings.config import IngestSettings
+from detector.storage.normalization import normalize_staged
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore
 
@@ -86,6 +88,8 @@ def trace_rows(store, trace_hex: str) -> list[dict]:
 
 
 def genai_rows(store, trace_hex: str) -> list[dict]:
+    """The trace's calls, once the spans staged so far are normalized (as the next detection cycle does)."""
+    normalize_staged(store)
     return store.rows("SELECT * FROM otel.genai_calls WHERE trace_id = {t:String} ORDER BY ts, span_id",
                       {"t": trace_hex})
 
@@ -275,7 +279,7 @@ def test_sdk_exporter_spans_stored_like_the_collector_exporter(base_url, store, 
     assert plain["Links.TraceState"] == [""]
     assert plain["Links.Attributes"] == [{"link.reason": "follows"}]
 
-    # the materialized view turned the GenAI spans into calls
+    # the GenAI spans became calls (staged on insert, normalized by the next cycle)
     calls = {c["operation"]: c for c in genai_rows(store, trace_hex)}
     assert set(calls) == {"invoke_agent", "chat", "execute_tool"}
     llm, tool_call = calls["chat"], calls["execute_tool"]
@@ -656,6 +660,7 @@ def test_arrow_batch_stores_exactly_its_rows(store):
     store.insert_arrow("otel.otel_traces", result.spans.to_arrow())
     stored = store.rows("SELECT * FROM otel.otel_traces WHERE TraceId IN {t:Array(String)} ORDER BY SpanId",
                         {"t": traces})
+    normalize_staged(store)
     calls = store.rows("SELECT count() AS n FROM otel.genai_calls WHERE trace_id IN {t:Array(String)}",
                        {"t": traces})[0]["n"]
     assert stored == expected

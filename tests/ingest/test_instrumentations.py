@@ -12,7 +12,7 @@ run from a virtual environment the test creates once and caches (``LOOP_DETECTOR
 ``~/.cache/loop-detector/test-venvs``); if it cannot be created (no package index), that case is skipped.
 ``LOOP_DETECTOR_SKIP_VENV_TESTS=1`` skips them outright.
 
-The second half checks the materialized view alone, on hand-built spans in each dialect as the libraries'
+The second half checks the normalization alone, on hand-built spans in each dialect as the libraries'
 sources write them (including the ones no installable library emits any more).
 """
 
@@ -33,6 +33,7 @@ import httpx
 import pytest
 
 from detector.core.escalation import LEVEL_RANK
+from detector.storage.normalization import normalize_staged
 from detector.storage.transport import insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,11 +204,14 @@ def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
     store = svc.store
     traces = [loop["trace_id"], healthy["trace_id"], error["trace_id"]]
     rows = detector_calls(store, traces)  # what the detector reads: content from logs joined in
-    stored = store.rows("SELECT has_content FROM otel.genai_calls WHERE trace_id IN {t:Array(String)} "
-                        "AND call_kind = 'llm'", {"t": traces})
     if variant.content_mode != "span":  # the spans carry no content: it all came from the logs
-        assert not any(r["has_content"] for r in stored), variant.id
-        assert svc.job.log_content.joined > 0
+        spans = store.rows("""
+            SELECT SpanAttributes['gen_ai.input.messages'] != '' OR SpanAttributes['gen_ai.output.messages'] != ''
+                   OR hasAny(Events.Name, ['gen_ai.user.message', 'gen_ai.choice']) AS content
+            FROM otel.otel_traces WHERE TraceId IN {t:Array(String)} AND SpanAttributes['gen_ai.operation.name'] = 'chat'
+            """, {"t": traces})
+        assert spans and not any(r["content"] for r in spans), variant.id
+        assert any(r["has_content"] for r in rows if r["call_kind"] == "llm"), variant.id
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_trace.setdefault(row["trace_id"], []).append(row)
@@ -279,7 +283,7 @@ def test_instrumented_agents(variant: Variant, service, stub_url, pricing_file):
         assert len({c["turn_fp"] for c in loop_llm[1:]}) == 1, variant.id  # the same step again and again
 
 
-# -- the materialized view alone, on hand-built spans in each dialect -------------------------------------------
+# -- the normalization alone, on hand-built spans in each dialect ------------------------------------------------
 
 LOOP_ARGS_VARIANTS = ['{"path": "config.yaml"}', '{"path":"config.yaml"}', {"path": "config.yaml"}]
 
@@ -303,8 +307,9 @@ def span_row(attrs: dict[str, str], *, name: str = "chat gpt-4o-mini", status: s
 
 
 def calls_of(store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Insert the spans; their genai_calls rows in the same order (None for a span the view skipped)."""
+    """Insert the spans; their genai_calls rows in the same order (None for a span the normalization skipped)."""
     insert_rows(store, "otel.otel_traces", rows)
+    normalize_staged(store)
     found = {r["span_id"]: r for r in store.rows(
         "SELECT * FROM otel.genai_calls WHERE span_id IN {s:Array(String)}", {"s": [r["SpanId"] for r in rows]})}
     return [found.get(r["SpanId"]) for r in rows]

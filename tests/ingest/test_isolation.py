@@ -4,8 +4,8 @@ Real OTLP bodies (the OpenTelemetry SDK's spans, the OTLP exporter's encoder) go
 HTTP; the store is chDB. The bad inputs are the ones the reliability probe found (issue 16): a protobuf end
 time past DateTime64(9)'s end, which made the materialized view fail the whole group commit (code 407), and a
 JSON end time of 1e30 (an OverflowError, a 500). A store that rejects data the receiver cannot foresee is a
-real ClickHouse failure too: a second materialized view on ``otel.otel_traces`` that throws for one marked
-span (``throwIf``), so the insert fails after ``otel.otel_traces`` took the rows, as it did in the probe.
+real ClickHouse failure too: a materialized view an operator added on ``otel.otel_traces`` that throws for one
+marked span (``throwIf``), so the insert fails after ``otel.otel_traces`` took the rows, as it did in the probe.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from support.otlp_senders import (
 )
 from support.servers import serve_app
 
-from detector.ingest.commit import COMMIT_LINGER_SECONDS, JOURNAL_SUFFIX, Committer, write_journal
-from detector.ingest.receiver import IngestMetrics, create_otlp_app, decode_request
+from detector.ingest.commit import COMMIT_LINGER_SECONDS, Committer
+from detector.ingest.counters import IngestMetrics
+from detector.ingest.journal import JOURNAL_SUFFIX, write_journal
+from detector.ingest.receiver import create_otlp_app, decode_request
 from detector.settings.config import IngestSettings
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore
@@ -70,10 +72,10 @@ def poisoned_receiver(tmp_path):
 
 
 def counts(store, trace: str) -> tuple[int, int, int]:
-    """(rows in otel_traces, distinct span ids there, rows in genai_calls) of one trace."""
+    """(rows in otel_traces, distinct span ids there, rows staged for the detector in genai_spans) of one trace."""
     t = store.rows("SELECT count() AS n, uniqExact(SpanId) AS u FROM otel.otel_traces WHERE TraceId = {t:String}",
                    {"t": trace})[0]
-    g = store.rows("SELECT count() AS n FROM otel.genai_calls WHERE trace_id = {t:String}", {"t": trace})[0]
+    g = store.rows("SELECT count() AS n FROM otel.genai_spans WHERE trace_id = {t:String}", {"t": trace})[0]
     return int(t["n"]), int(t["u"]), int(g["n"])
 
 
@@ -134,7 +136,7 @@ def test_json_end_time_1e30_is_a_rejected_span_not_a_500(receiver):
 def test_store_rejection_fails_only_the_spans_it_rejects(poisoned_receiver):
     """A span the store itself rejects (a view throws after otel_traces took the group's rows): every other
     request is committed, the poisoned request keeps its other spans, and nothing is half stored: no row of
-    the rejected span remains, and every stored GenAI span has its genai_calls row, exactly once."""
+    the rejected span remains, and every stored GenAI span is staged for the detector, exactly once."""
     store, url, metrics = poisoned_receiver
     for _ in range(3):
         valid = [chat_spans(10, new_conversation()) for _ in range(6)]
@@ -154,7 +156,7 @@ def test_store_rejection_fails_only_the_spans_it_rejects(poisoned_receiver):
     orphans = store.rows("""
         SELECT count() AS n FROM otel.otel_traces
         WHERE SpanAttributes['gen_ai.operation.name'] != ''
-          AND (TraceId, SpanId) NOT IN (SELECT trace_id, span_id FROM otel.genai_calls)""")[0]["n"]
+          AND (TraceId, SpanId) NOT IN (SELECT trace_id, span_id FROM otel.genai_spans)""")[0]["n"]
     assert orphans == 0
 
 
@@ -175,7 +177,7 @@ def test_retry_of_a_committed_request_stores_nothing_twice(receiver):
 
 def test_half_stored_batch_left_by_a_crash_is_completed_at_start(tmp_path):
     """Issue 16, failure 2: a process killed mid-insert leaves the batch's rows in otel_traces and none in
-    genai_calls (ClickHouse commits the table's part before the view's). The crash state is made with real
+    genai_spans (ClickHouse commits the table's part before the view's). The crash state is made with real
     parts: the batch journaled as the committer journals it before an insert, its rows inserted while the view
     is detached. The next start completes the batch (each call derived once), and the exporter's retry of the
     unacknowledged request is acknowledged without storing anything twice."""
@@ -187,9 +189,9 @@ def test_half_stored_batch_left_by_a_crash_is_completed_at_start(tmp_path):
     body = encode(spans)
     request = decode_request(body, "identity", PROTOBUF, IngestSettings())
     write_journal(journal / f"{time.time_ns():020d}-000001{JOURNAL_SUFFIX}", [request])
-    store.command("DETACH TABLE otel.genai_calls_mv")
+    store.command("DETACH TABLE otel.genai_spans_mv")
     store.insert_arrow("otel.otel_traces", request.rows)
-    store.command("ATTACH TABLE otel.genai_calls_mv")
+    store.command("ATTACH TABLE otel.genai_spans_mv")
     assert counts(store, trace_hex(spans)) == (8, 8, 0)  # half stored, as after the kill
 
     metrics = IngestMetrics()

@@ -4,8 +4,8 @@ this test started, by pid). What must hold (issue 16, failures 2 and 5):
 - SIGTERM is a graceful stop: requests in flight finish, a last cycle scores what was acknowledged, the final
   checkpoint is taken (state persisted as of the watermark), the store is closed, and the process exits 0;
 - after ``kill -9`` mid-insert and a restart, with the senders resending what was not acknowledged (the same
-  bytes, as exporters do): every span is stored exactly once in ``otel_traces`` and in ``genai_calls``, none
-  half stored, and every call scored exactly once.
+  bytes, as exporters do): every span is stored exactly once in ``otel_traces``, staged once in ``genai_spans`` and
+  normalized once into ``genai_calls``, none half stored, and every call scored exactly once.
 """
 
 from __future__ import annotations

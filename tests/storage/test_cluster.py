@@ -24,8 +24,8 @@ def test_cluster_ddl_is_generated_and_parses(tmp_path):
     assert {s.split()[5] for s in tables} >= {"otel.otel_traces", "otel.genai_calls", "otel.loop_state",
                                               "otel.loop_events", "otel.loop_decisions"}
     assert all("ON CLUSTER 'prod'" in s for s in statements)
-    mv = next(s for s in statements if "MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv" in s)
-    assert "TO otel.genai_calls_local" in mv and "FROM otel.otel_traces_local" in mv
+    mv = next(s for s in statements if "MATERIALIZED VIEW IF NOT EXISTS otel.genai_spans_mv" in s)
+    assert "TO otel.genai_spans_local" in mv and "FROM otel.otel_traces_local" in mv
     assert not [s for s in statements if "ENGINE = MergeTree" in s or "ENGINE = ReplacingMergeTree" in s]
     lookup = next(s for s in statements if "MATERIALIZED VIEW IF NOT EXISTS otel.otel_traces_trace_id_ts_mv" in s)
     assert "TO otel.otel_traces_trace_id_ts_local" in lookup and "FROM otel.otel_traces_local" in lookup

@@ -6,6 +6,7 @@ import pytest
 
 from detector.settings.config import ConfigError, RetentionSettings, parse_config
 from detector.storage.cluster import cluster_statements
+from detector.storage.normalization import normalize_staged
 from detector.storage.retention import (
     RETAINED_TABLES,
     UNRETAINED_TABLES,
@@ -96,18 +97,21 @@ def test_rows_past_the_ttl_go_and_younger_rows_stay(store):
     young = store.rows("SELECT toString(now64(9) - INTERVAL 2 DAY) AS t")[0]["t"]
     insert_rows(store, "otel.otel_traces", [{**span, "Timestamp": old, "TraceId": "old", "SpanId": "o"}])
     insert_rows(store, "otel.otel_traces", [{**span, "Timestamp": young, "TraceId": "young", "SpanId": "y"}])
+    normalize_staged(store)  # the calls, as a detection cycle writes them
     old_us = store.rows("SELECT toString(now64(6) - INTERVAL 40 DAY) AS t")[0]["t"]
     event = {"kind": "escalation", "scope": "session", "scope_id": "s", "ts": young}
     insert_rows(store, "otel.loop_events", [{**event, "session_id": "gone", "inserted_at": old_us}])
     insert_rows(store, "otel.loop_events", [{**event, "session_id": "kept"}])
 
     apply_retention(store, RetentionSettings())
-    for table in ("otel_traces", "otel_traces_trace_id_ts", "genai_calls", "loop_events"):
+    for table in ("otel_traces", "otel_traces_trace_id_ts", "genai_spans", "genai_calls", "loop_events"):
         store.command(f"OPTIMIZE TABLE otel.{table} FINAL")
     assert store.rows("SELECT TraceId FROM otel.otel_traces ORDER BY TraceId") == [{"TraceId": "young"}]
     assert store.rows("SELECT DISTINCT TraceId FROM otel.otel_traces_trace_id_ts") == [{"TraceId": "young"}]
     assert store.rows("SELECT session_id FROM otel.loop_events") == [{"session_id": "kept"}]
-    # the views' rows are the detector group's: 10-day-old spans inserted now are young calls, and stay
+    # staged spans and calls count from their insertion: 10-day-old spans inserted now are young, and stay
+    assert store.rows("SELECT trace_id FROM otel.genai_spans ORDER BY trace_id") == [
+        {"trace_id": "old"}, {"trace_id": "young"}]
     assert store.rows("SELECT trace_id FROM otel.genai_calls ORDER BY trace_id") == [
         {"trace_id": "old"}, {"trace_id": "young"}]
 

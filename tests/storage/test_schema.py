@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from detector.storage.normalization import normalize_staged
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, insert_rows
 
@@ -101,7 +102,8 @@ def test_trace_id_lookup_table_and_view_are_the_exporters(store):
 
 def test_inserted_spans_fill_the_lookup_table_and_genai_calls(store):
     """What the Grafana plugin's trace-id search reads: per trace, the first and last span start (seconds), and
-    spans without a trace id are left out. The project's own view into genai_calls still runs beside it."""
+    spans without a trace id are left out. The project's own staging view still runs beside it: the GenAI span is
+    staged (and becomes a call once normalized), the others are not."""
     base = {"ServiceName": "svc", "SpanKind": "SPAN_KIND_CLIENT", "StatusCode": "Unset"}
     spans = [
         {**base, "Timestamp": "2026-03-01 10:00:00.250000000", "TraceId": "lk1", "SpanId": "a", "SpanName": "chat m",
@@ -113,4 +115,6 @@ def test_inserted_spans_fill_the_lookup_table_and_genai_calls(store):
     rows = store.rows("SELECT TraceId, min(Start) AS s, max(End) AS e FROM otel.otel_traces_trace_id_ts "
                       "GROUP BY TraceId ORDER BY TraceId")
     assert rows == [{"TraceId": "lk1", "s": "2026-03-01 10:00:00", "e": "2026-03-01 10:00:07"}]
+    assert store.rows("SELECT span_id FROM otel.genai_spans WHERE trace_id IN ('lk1', '')") == [{"span_id": "a"}]
+    normalize_staged(store)
     assert store.rows("SELECT span_id FROM otel.genai_calls WHERE trace_id = 'lk1'") == [{"span_id": "a"}]

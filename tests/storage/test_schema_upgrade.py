@@ -1,34 +1,31 @@
-"""A data directory created by an older DDL is brought up to date: new columns added in place, a materialized view whose
-statement changed replaced (its hash kept in otel.loop_meta), and the cluster rewrite knows both statement kinds."""
+"""A data directory created by an older DDL is brought up to date in place: the previous release's (a copy of its
+``clickhouse/`` at 6a852c8, in ``tests/data/schema_6a852c8``: calls normalized by a materialized view on insert)
+keeps its calls and its detector's progress, and the staging view takes over; new columns are added in place, a
+materialized view whose statement changed is replaced (its hash kept in otel.loop_meta), and the cluster rewrite
+knows every statement kind of the upgrade."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
+from support.otlp_senders import PROTOBUF, chat_spans, encode, new_conversation
 
+from detector.core.decisions import DecisionBook
+from detector.detection.job import DetectorJob
 from detector.ingest.otlp import decode_json
+from detector.ingest.receiver import decode_request
+from detector.settings.config import AppConfig, IngestSettings
 from detector.storage.cluster import cluster_statements
+from detector.storage.normalization import normalize_staged
 from detector.storage.schema import VIEW_KEY_PREFIX, apply_schema, ddl_statements, view_statements
 from detector.storage.transport import ChdbStore, insert_rows
 
+PREVIOUS_RELEASE = Path(__file__).resolve().parent.parent / "data" / "schema_6a852c8"
 NEW_CALL_COLUMNS = ("observation_fp", "observation_simhash", "observation_empty", "observation_chars", "args_fp",
                     "args_simhash", "output_fp", "output_norm_simhash", "out_tool_arg_simhashes")
-# the view as an older release created it: without the progress fingerprints
-LEGACY_VIEW = """
-CREATE MATERIALIZED VIEW otel.genai_calls_mv TO otel.genai_calls AS
-SELECT Timestamp AS ts, Timestamp AS end_ts, TraceId AS trace_id, SpanId AS span_id, TraceId AS session_id,
-       SpanAttributes['gen_ai.operation.name'] AS operation, 'llm' AS call_kind
-FROM otel.otel_traces WHERE SpanAttributes['gen_ai.operation.name'] != ''
-"""
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    s = ChdbStore(tmp_path_factory.mktemp("upgrade"))
-    yield s
-    s.close()
 
 
 def columns(store, table: str) -> set[str]:
@@ -36,9 +33,70 @@ def columns(store, table: str) -> set[str]:
     return {r["name"] for r in rows}
 
 
-def view_sql(store) -> str:
-    return store.rows("SELECT create_table_query AS q FROM system.tables WHERE database = 'otel' "
-                      "AND name = 'genai_calls_mv'")[0]["q"]
+def views(store) -> set[str]:
+    return {r["name"] for r in store.rows("SELECT name FROM system.tables WHERE database = 'otel' "
+                                          "AND engine IN ('MaterializedView', 'View')")}
+
+
+def insert_spans(store, count: int, conversation: str) -> set[str]:
+    """Real SDK spans, decoded as the receiver decodes them, inserted as the committer inserts them; their span ids."""
+    request = decode_request(encode(chat_spans(count, conversation, tool_every=3)), "identity", PROTOBUF,
+                             IngestSettings())
+    store.insert_arrow("otel.otel_traces", request.rows)
+    return set(request.rows.column("SpanId").to_pylist())
+
+
+def new_job(store) -> DetectorJob:
+    job = DetectorJob(store, AppConfig(), DecisionBook())
+    job.load()
+    return job
+
+
+def scored(store, spans: set[str]) -> dict[str, int]:
+    """How many session-scope score rows each of these model calls has (a tool call is scored with its turn)."""
+    rows = store.rows("SELECT span_id, count() AS n FROM otel.loop_scores WHERE span_id IN {s:Array(String)} "
+                      "AND scope = 'session' GROUP BY span_id", {"s": sorted(spans)})
+    return {r["span_id"]: int(r["n"]) for r in rows}
+
+
+def test_a_data_directory_of_the_previous_release_is_upgraded_in_place(tmp_path):
+    """The previous release normalized each span on insert (otel.genai_calls_mv). Its data directory, with calls
+    scored and calls not scored yet, is opened by this release: the old view goes, the staging view takes over, and
+    every call is scored exactly once: those the old view wrote before the upgrade, and the spans staged after it."""
+    store = ChdbStore(tmp_path)
+    apply_schema(store, PREVIOUS_RELEASE)
+    assert "genai_calls_mv" in views(store) and not columns(store, "genai_spans")
+    before = insert_spans(store, 6, new_conversation())
+    job = new_job(store)
+    job.normalization.transform = lambda *_: None  # the previous release's cycle: its view had written the calls
+    job.run_cycle()
+    job.checkpoint()
+    pending = insert_spans(store, 6, new_conversation())  # written by the old view, not scored before the upgrade
+    assert len(store.rows("SELECT span_id FROM otel.genai_calls")) == 12
+
+    apply_schema(store)
+    assert {"genai_spans_mv", "otel_traces_trace_id_ts_mv"} <= views(store)
+    assert "genai_calls_mv" not in views(store)
+    after = insert_spans(store, 6, new_conversation())
+    assert not store.rows("SELECT span_id FROM otel.genai_calls WHERE span_id IN {s:Array(String)}",
+                          {"s": sorted(after)})  # staged, not normalized on insert any more
+
+    job = new_job(store)  # the next start of the service, on the upgraded directory
+    job.run_cycle()
+    calls = store.rows("SELECT span_id, count() AS n FROM otel.genai_calls GROUP BY span_id")
+    assert {r["span_id"] for r in calls} == before | pending | after and {r["n"] for r in calls} == {1}
+    model_calls = {r["span_id"] for r in store.rows("SELECT span_id FROM otel.genai_calls WHERE call_kind = 'llm'")}
+    assert len(model_calls) == 12 and scored(store, model_calls) == dict.fromkeys(model_calls, 1)
+    job.run_cycle()
+    assert scored(store, model_calls) == dict.fromkeys(model_calls, 1)
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = ChdbStore(tmp_path_factory.mktemp("upgrade"))
+    yield s
+    s.close()
 
 
 def tool_span_request(result: str) -> bytes:
@@ -52,16 +110,14 @@ def tool_span_request(result: str) -> bytes:
     return json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {}, "spans": [span]}]}]}).encode()
 
 
-def test_an_older_data_directory_is_upgraded_in_place(store):
+def test_tables_of_an_older_data_directory_get_their_new_columns(store):
     apply_schema(store)
-    # what a data directory of the previous release holds: the tables without the new columns, the old view, no hash
-    store.command("DROP VIEW otel.genai_calls_mv")
+    # what a data directory of an older release holds: the tables without the newer columns, no view hash
     for name in NEW_CALL_COLUMNS:
         store.command(f"ALTER TABLE otel.genai_calls DROP COLUMN {name}")
     store.command("ALTER TABLE otel.loop_events DROP COLUMN evidence")
     store.command("ALTER TABLE otel.loop_decisions DROP COLUMN evidence")
     store.command("ALTER TABLE otel.loop_scores DROP COLUMN evidence")
-    store.command(LEGACY_VIEW)
     store.command("TRUNCATE TABLE otel.loop_meta")
     insert_rows(store, "otel.loop_decisions", [{"scope": "session", "scope_id": "old", "action": "warn",
                                                 "level": "warn", "version": 1}])
@@ -69,28 +125,44 @@ def test_an_older_data_directory_is_upgraded_in_place(store):
     apply_schema(store)
     assert set(NEW_CALL_COLUMNS) <= columns(store, "genai_calls")
     assert "evidence" in columns(store, "loop_events") and "evidence" in columns(store, "loop_decisions")
-    assert "observation_fp" in view_sql(store)  # the view was replaced by the current statement
     hashes = store.rows("SELECT key, value FROM otel.loop_meta FINAL WHERE startsWith(key, {p:String})",
                         {"p": VIEW_KEY_PREFIX})
-    assert sorted(r["key"] for r in hashes) == [VIEW_KEY_PREFIX + "genai_calls_mv",
+    assert sorted(r["key"] for r in hashes) == [VIEW_KEY_PREFIX + "genai_spans_mv",
                                                 VIEW_KEY_PREFIX + "otel_traces_trace_id_ts_mv"]
     # rows written before the upgrade are kept, with the new column's default
     assert store.rows("SELECT action, evidence FROM otel.loop_decisions FINAL WHERE scope_id = 'old'") == [
         {"action": "warn", "evidence": "none"}]
-    # the replaced view fills the new columns; the tool's echo of its arguments is not part of what came back
+    # the normalization fills the new columns; the tool's echo of its arguments is not part of what came back
     store.insert_arrow("otel.otel_traces", decode_json(tool_span_request(
         '{"query": "key rotation", "total": 0, "took_ms": 12, "results": []}')).spans.to_arrow())
+    normalize_staged(store)
     row = store.rows("SELECT observation_fp, observation_empty, args_fp FROM otel.genai_calls")[0]
     assert row["observation_fp"] and row["observation_empty"] == 1 and row["args_fp"]
 
 
+def test_a_materialized_view_whose_statement_changed_is_replaced(store):
+    apply_schema(store)
+    store.command("DROP VIEW otel.genai_spans_mv")
+    store.command("CREATE MATERIALIZED VIEW otel.genai_spans_mv TO otel.genai_spans AS SELECT Timestamp AS ts, "
+                  "TraceId AS trace_id, SpanId AS span_id FROM otel.otel_traces WHERE 0")  # an older statement
+    store.command("TRUNCATE TABLE otel.loop_meta")  # from before the hashes were kept: replaced once
+    apply_schema(store)
+    assert "hasAny(mapKeys(SpanAttributes)" in view_sql(store, "genai_spans_mv")
+
+
+def view_sql(store, name: str) -> str:
+    return store.rows("SELECT create_table_query AS q FROM system.tables WHERE database = 'otel' AND name = {n:String}",
+                      {"n": name})[0]["q"]
+
+
 def test_applying_the_schema_again_changes_nothing(store):
-    before = view_sql(store)
+    apply_schema(store)
+    before = {name: view_sql(store, name) for name in ("genai_spans_mv", "otel_traces_trace_id_ts_mv")}
     apply_schema(store)
     apply_schema(store)
-    assert view_sql(store) == before
+    assert {name: view_sql(store, name) for name in before} == before
     assert store.rows("SELECT count() AS n FROM otel.loop_meta FINAL WHERE startsWith(key, {p:String})",
-                      {"p": VIEW_KEY_PREFIX}) == [{"n": 2}]  # the calls' view and the trace-id lookup's
+                      {"p": VIEW_KEY_PREFIX}) == [{"n": 2}]  # the staging view's and the trace-id lookup's
 
 
 def test_the_cluster_rewrite_understands_the_upgrade_statements():
@@ -103,6 +175,7 @@ def test_the_cluster_rewrite_understands_the_upgrade_statements():
     assert {s.split()[2] for s in rewritten} >= {"otel.genai_calls_local", "otel.genai_calls"}
     assert cluster_statements(["DROP VIEW IF EXISTS otel.genai_calls_mv"], "prod") == [
         "DROP VIEW IF EXISTS otel.genai_calls_mv ON CLUSTER 'prod'"]
+    assert "DROP VIEW IF EXISTS otel.genai_calls_mv" in ddl_statements()  # the previous releases' view goes
     views = view_statements(ddl_statements())
-    assert sorted(views) == ["genai_calls_mv", "otel_traces_trace_id_ts_mv"]
-    assert "TO otel.genai_calls_local" in cluster_statements([views["genai_calls_mv"]], "prod")[0]
+    assert sorted(views) == ["genai_spans_mv", "otel_traces_trace_id_ts_mv"]
+    assert "TO otel.genai_spans_local" in cluster_statements([views["genai_spans_mv"]], "prod")[0]

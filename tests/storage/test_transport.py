@@ -27,8 +27,9 @@ def test_string_and_array_parameters_round_trip(store, value):
 def test_schema_is_idempotent_and_complete(store):
     assert apply_schema(store) == len(ddl_statements())
     tables = {r["name"] for r in store.rows("SELECT name FROM system.tables WHERE database = 'otel'")}
-    assert {"otel_traces", "genai_calls", "genai_calls_mv", "loop_state", "loop_scores", "loop_events",
+    assert {"otel_traces", "genai_spans", "genai_spans_mv", "genai_calls", "loop_state", "loop_scores", "loop_events",
             "loop_decisions", "loop_manual", "loop_meta"} <= tables
+    assert "genai_calls_mv" not in tables  # the previous releases' view: its work is the detection cycle's now
 
 
 def test_inserted_rows_are_read_back_and_errors_are_clear(store):
@@ -70,7 +71,7 @@ def test_arrow_reads_build_the_same_calls_as_json_rows(store):
     """The detector reads new calls as Arrow columns (Call.from_columns); they must equal the calls built from
     the JSON rows (Call.from_row), 64-bit fingerprints, arrays, flags and awkward strings included."""
     from detector.core.models import Call
-    from detector.detection.job import SELECT_NEW_CALLS
+    from detector.storage.normalization import SELECT_NEW_CALLS
 
     rows = []
     for i, text in enumerate(AWKWARD):

@@ -1,5 +1,5 @@
-"""The calls of some traces as the detector reads them: ``otel.genai_calls`` with the content that came in logs
-joined in (:class:`detector.storage.log_content.LogContent`), in span order, as dicts of ``Call`` fields."""
+"""The calls of some traces as the detector reads them: their ``otel.genai_calls`` rows (the content that came in logs
+joined in by the normalization), in span order, as dicts of ``Call`` fields."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 from detector.core.models import Call
 from detector.storage.call_rows import CALL_COLUMNS
-from detector.storage.log_content import LogContent
 
 __all__ = ["detector_calls"]
 
@@ -16,4 +15,4 @@ __all__ = ["detector_calls"]
 def detector_calls(store: Any, traces: list[str]) -> list[dict[str, Any]]:
     table = store.arrow(f"SELECT {CALL_COLUMNS} FROM otel.genai_calls WHERE trace_id IN {{t:Array(String)}} "
                         "ORDER BY ts, span_id", {"t": traces})
-    return [asdict(c) for c in LogContent(store).enrich(Call.from_columns(table.to_pydict()))]
+    return [asdict(c) for c in Call.from_columns(table.to_pydict())]

@@ -1,7 +1,7 @@
 """The shared fingerprint vectors (``sdk/test-vectors/evidence.json``), made by ClickHouse itself.
 
 Inputs (texts, tool calls, whole model calls as GenAI semantic-conventions messages) go into real spans
-(``otel.otel_traces``), and the expected values are what the materialized view writes into ``otel.genai_calls``
+(``otel.otel_traces``), and the expected values are what the normalization writes into ``otel.genai_calls``
 for them: the observation of a tool's result, the reply's hashes, the requested tool calls' hashes, a tool run's
 hashes. The one value no column holds yet, the request fingerprint, is computed by :data:`REQUEST_FP_SQL` (the
 mapping part B of issue 27 puts into the view). The canonical forms in between (the new input of a call, a tool
@@ -146,9 +146,12 @@ COLUMNS = ("observation_fp", "observation_simhash", "observation_empty", "observ
 
 def _rows(store: Any, spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The view's columns for these spans, by span id (each batch in spans of its own trace)."""
+    from detector.storage.normalization import SELECT_NOW_US, normalize_staged
     from detector.storage.transport import insert_rows
 
+    before_us = int(store.rows(SELECT_NOW_US)[0]["now_us"])
     insert_rows(store, "otel.otel_traces", spans)
+    normalize_staged(store, before_us)  # as the next detection cycle does
     ids = [s["SpanId"] for s in spans]
     cols = ", ".join(f"toString({c}) AS {c}" for c in COLUMNS)
     rows = store.rows(f"SELECT span_id, {cols} FROM otel.genai_calls WHERE span_id IN {{ids:Array(String)}}",

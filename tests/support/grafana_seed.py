@@ -14,6 +14,7 @@ import yaml
 
 from detector.core.escalation import LEVELS
 from detector.settings.vocabulary import SIGNAL_NAMES
+from detector.storage.normalization import normalize_staged
 from detector.storage.transport import insert_rows
 from support.grafana_macros import QueryContext
 
@@ -93,6 +94,7 @@ def seed(store) -> None:
                       error=i % 4 == 3, tool="read_file" if i % 2 else None) for i in range(len(LOOP_LEVELS))]
     spans += [span_row(i, OK_SESSION, "vk-ok", "search", tokens=(300, 50), cost=0.001) for i in range(3)]
     insert_rows(store, "otel.otel_traces", spans)
+    normalize_staged(store)  # the calls, as the detection cycle would have written them
 
     scores = []
     for i, level in enumerate(LOOP_LEVELS):

@@ -1,0 +1,168 @@
+"""Staged spans to calls (detector/storage/normalization.py over clickhouse/genai_calls_normalized.sql.tmpl): once per
+span whatever the ranges, never failing on a value a collector may store, content logs joined, and replicas that
+each normalize their own sessions and together decide like one detector."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from detector.core.decisions import DecisionBook
+from detector.detection.job import DetectorJob
+from detector.settings.config import AppConfig
+from detector.storage.normalization import Normalization, normalize_staged, normalized_calls
+from detector.storage.schema import apply_schema
+from detector.storage.transport import ChdbStore, insert_rows
+
+CALLS = 16  # per agent
+MODULES = ("parser", "lexer", "tokens", "grammar", "printer", "errors", "cache", "config", "loader", "plugins",
+           "scheduler", "network", "storage", "metrics", "logging", "cli")  # an honest agent reads one each step
+FACTS = ("a recursive descent parser", "a table driven lexer", "the token kinds", "the grammar's productions",
+         "pretty printing", "the error hierarchy", "an LRU cache", "the YAML settings", "the module loader",
+         "entry point plugins", "a cron scheduler", "the HTTP client", "the SQLite layer", "Prometheus counters",
+         "structured logs", "the argument parser")
+CALL_COUNTS = "SELECT span_id, count() AS n FROM otel.genai_calls GROUP BY span_id ORDER BY span_id"
+
+
+@pytest.fixture()
+def store(tmp_path):
+    s = ChdbStore(tmp_path)
+    apply_schema(s)
+    yield s
+    s.close()
+
+
+def span(trace: str, span_id: str, attrs: dict[str, str], *, offset_s: float = 0.0, name: str = "chat m",
+         duration: int = 1_000_000, parent: str = "p", events: list[tuple[str, dict[str, str]]] = ()) -> dict:
+    """A span row as the collector's exporter writes it into otel.otel_traces."""
+    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(1_780_000_000 + offset_s)) + f".{int(offset_s % 1 * 1e9):09d}"
+    return {"Timestamp": ts, "TraceId": trace, "SpanId": span_id, "ParentSpanId": parent, "SpanName": name,
+            "SpanKind": "Client", "ServiceName": "svc", "StatusCode": "Unset", "SpanAttributes": attrs,
+            "Duration": duration, "Events.Timestamp": [ts for _ in events], "Events.Name": [e[0] for e in events],
+            "Events.Attributes": [e[1] for e in events]}
+
+
+def chat(session: str, text: str, tool_args: str) -> dict[str, str]:
+    output = [{"role": "assistant", "parts": [{"type": "text", "content": text},
+                                              {"type": "tool_call", "id": "c", "name": "read_file",
+                                               "arguments": json.loads(tool_args)}]}]
+    return {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": session, "gen_ai.request.model": "m",
+            "gen_ai.usage.input_tokens": "100", "gen_ai.usage.output_tokens": "20",
+            "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": text}]}]),
+            "gen_ai.output.messages": json.dumps(output)}
+
+
+def tool(args: str, result: str) -> dict[str, str]:  # no session attribute: its session is its trace
+    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_file",
+            "gen_ai.tool.call.arguments": args, "gen_ai.tool.call.result": result}
+
+
+def test_a_value_a_collector_stored_never_fails_the_batch(store):
+    """The receiver's decoder refuses an end time past DateTime64(9); a collector stores whatever it gets. Such a
+    span is normalized with its end saturated, and the spans beside it are normalized too."""
+    insert_rows(store, "otel.otel_traces", [
+        span("t", "huge", {"gen_ai.operation.name": "chat"}, duration=2**64 - 1),
+        span("t", "fine", {"gen_ai.operation.name": "chat"}, offset_s=1),
+    ])
+    normalize_staged(store)
+    rows = {r["span_id"]: r["end_ts"] for r in store.rows("SELECT span_id, toString(end_ts) AS end_ts FROM otel.genai_calls")}
+    assert rows == {"huge": "2262-04-11 23:47:16.854775807", "fine": "2026-05-28 20:26:41.001000000"}
+
+
+def test_each_staged_span_is_one_call_whatever_the_ranges(store):
+    insert_rows(store, "otel.otel_traces", [span("t", "a", {"gen_ai.operation.name": "chat"}),
+                                            span("t", "a", {"gen_ai.operation.name": "chat"}),  # sent twice, one insert
+                                            span("t", "x", {"http.method": "GET"})])  # not a GenAI span: not staged
+    first = normalize_staged(store)
+    insert_rows(store, "otel.otel_traces", [span("t", "b", {"gen_ai.operation.name": "execute_tool"})])
+    normalization = Normalization(store)
+    normalization.transform(0, first)  # a cycle killed after its transform runs it again
+    normalize_staged(store)
+    normalize_staged(store, first)
+    assert store.rows(CALL_COUNTS) == [{"span_id": "a", "n": 2}, {"span_id": "b", "n": 1}]
+    assert store.rows("SELECT count() AS n FROM otel.genai_spans") == [{"n": 3}]
+
+
+def test_content_in_logs_is_joined_and_a_span_keeps_its_own(store):
+    """A model call whose content came as log records (event mode) gets the fingerprints of the same call with its
+    content on the span; a call that has content of its own keeps it, whatever its logs say."""
+    attrs = chat("s", "read the config again", '{"path": "config.yaml"}')
+    bare = {k: v for k, v in attrs.items() if "messages" not in k}
+    insert_rows(store, "otel.otel_traces", [span("t1", "on-span", attrs), span("t2", "in-logs", bare),
+                                            span("t3", "both", attrs)])
+    details = {k: v for k, v in attrs.items() if "messages" in k}
+    other = {"gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "x"}]}])}
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(1_780_000_000))
+    insert_rows(store, "otel.otel_logs", [
+        {"Timestamp": now, "TraceId": trace, "SpanId": span_id, "EventName": "gen_ai.client.inference.operation.details",
+         "LogAttributes": logged} for trace, span_id, logged in (("t2", "in-logs", details), ("t3", "both", other))])
+    normalize_staged(store)
+    fingerprints = "has_content, request_fp, turn_fp, input_simhash, output_simhash, out_tool_fps, observation_fp"
+    rows = {r.pop("span_id"): r for r in store.rows(f"SELECT span_id, {fingerprints} FROM otel.genai_calls")}
+    assert rows["on-span"]["has_content"] == 1
+    assert rows["in-logs"] == rows["on-span"] == rows["both"]
+
+
+def looping_agents(store, sessions: int) -> None:
+    """Agents that each run one trace of chat calls, every other one stuck on read_file("a.py"), each chat followed
+    by its tool span (which names no session)."""
+    rows = []
+    for s in range(sessions):
+        stuck = s % 2 == 0
+        for i in range(CALLS):
+            args = '{"path": "a.py"}' if stuck else json.dumps({"path": f"{MODULES[i]}.py"})
+            result = ("def parse(text): return text.split() # the same file, nothing new in it" if stuck
+                      else f"# {MODULES[i]}: {FACTS[i]}, written by the {MODULES[i]} team")
+            said = ("Let me read a.py once more to find where the parser goes wrong" if stuck
+                    else f"Now {MODULES[i]}.py, to see how {FACTS[i]} fits in")
+            rows.append(span(f"t{s}", f"c{s}-{i}", chat(f"s{s}", said, args),
+                             offset_s=10 * i))
+            rows.append(span(f"t{s}", f"x{s}-{i}", tool(args, result), offset_s=10 * i + 2, name="execute_tool read_file"))
+    insert_rows(store, "otel.otel_traces", rows)
+
+
+def test_replicas_each_normalize_their_own_sessions_and_decide_like_one_detector(store):
+    looping_agents(store, 8)
+
+    read: dict[str, int] = {}
+
+    def run(shard: str) -> dict:
+        config = AppConfig()
+        config.detector.shard = shard
+        produced: dict = {}
+        job = DetectorJob(store, config, DecisionBook(), on_cycle=[lambda out, _: produced.update(
+            {(d.scope, d.scope_id): (d.action, d.level, round(d.confidence, 9)) for d in out.decisions})])
+        job.load()
+        read[shard] = job.run_cycle().calls_read
+        return produced
+
+    single = run("0/1")
+    assert {scope_id for (scope, scope_id), v in single.items() if scope == "session" and v[2] > 0.1} == {
+        "s0", "s2", "s4", "s6"}  # the stuck agents' tool calls were attributed (with them, their confidence)
+    for table in ("genai_calls", "loop_state", "loop_scores", "loop_events", "loop_decisions", "loop_meta"):
+        store.command(f"TRUNCATE TABLE otel.{table}")  # the replicas start from the staged spans alone
+    # replica 0 runs first: the tool calls of replica 1's sessions are not written yet, it reads them from the view;
+    # replica 1 then finds replica 0's written
+    first, second = run("0/2"), run("1/2")
+    assert first and second and not set(first) & set(second)
+    assert {**first, **second} == single
+    counts = store.rows(CALL_COUNTS)
+    assert len(counts) == 8 * 2 * CALLS and {r["n"] for r in counts} == {1}  # every span written by one replica, once
+    # each replica read its own sessions' model calls and every tool call, written by whichever replica or not yet
+    own = {r["shard"]: r["n"] for r in store.rows("SELECT cityHash64(session_id) % 2 AS shard, count() AS n "
+                                                  "FROM otel.genai_calls WHERE call_kind = 'llm' GROUP BY shard")}
+    assert read == {"0/1": 8 * 2 * CALLS, "0/2": own[0] + 8 * CALLS, "1/2": own[1] + 8 * CALLS}
+    assert own[0] and own[1]
+
+
+def test_the_normalization_gives_every_column_of_the_calls_table(store):
+    """A new column of otel.genai_calls goes into the table (002_genai_calls.sql, with its ALTER for older data
+    directories), into the normalization's output (genai_calls_normalized.sql.tmpl) and, to be read, into Call: the
+    transform writes every column of the table from the view's column of the same name."""
+    produced = [r["name"] for r in store.rows(f"DESCRIBE TABLE (\n{normalized_calls()}\n)", {
+        "watermark": 0, "cutoff": 0, "shards": 1, "shard": 0, "own_shard": 1})]
+    table = [r["name"] for r in store.rows("SELECT name FROM system.columns WHERE database = 'otel' "
+                                           "AND table = 'genai_calls' ORDER BY position")]
+    assert sorted(produced) == sorted(table)  # by name: the transform lists the columns
