@@ -166,8 +166,8 @@ def serve(data_dir: str) -> None:
     from starlette.routing import Route
 
     from detector.ingest.commit import Committer
+    from detector.ingest.counters import IngestMetrics
     from detector.ingest.grpc_receiver import OTLPGrpcReceiver
-    from detector.ingest.metrics import IngestMetrics
     from detector.ingest.receiver import create_otlp_app
     from detector.storage.normalization import normalize_staged
     from detector.storage.schema import apply_schema

@@ -215,7 +215,7 @@ def probe_poison(rounds: int = 20) -> list[str]:
 
     from support.servers import serve_app
 
-    from detector.ingest.metrics import IngestMetrics
+    from detector.ingest.counters import IngestMetrics
     from detector.ingest.receiver import create_otlp_app
     from detector.settings.config import IngestSettings
     from detector.storage.schema import apply_schema

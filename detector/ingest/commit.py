@@ -20,7 +20,7 @@ The rooms of the commit path, each in its module:
   is completed (a failure that does not name the data: the store is down, the request stays retryable until it
   comes back) or narrowed down to the spans the store refuses (a failure that names the data: those spans are
   rejected with the store's error code, the rest committed);
-- **metrics** (:mod:`detector.ingest.metrics`).
+- **counters** (:mod:`detector.ingest.counters`).
 
 This module ties them together: dedupe, journal, insert, and on failure repair, in the committer's worker thread.
 """
@@ -40,9 +40,9 @@ from typing import Final
 
 import pyarrow as pa
 
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.group_commit import MAX_GROUP_BYTES, GroupCommitter
 from detector.ingest.journal import Journal, JournaledBatch
-from detector.ingest.metrics import IngestMetrics
 from detector.ingest.repair import TRACES_TABLE, Repair
 from detector.ingest.requests import CommitOutcome, DecodedRequest
 from detector.ingest.store_errors import StoreDown, safe_error

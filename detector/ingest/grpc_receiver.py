@@ -45,9 +45,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from detector.ingest.commit import Committer
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.logs import METRICS_REFUSED, count_metric_points_pb, decode_logs_protobuf
 from detector.ingest.logs_commit import LogsCommitter
-from detector.ingest.metrics import IngestMetrics
 from detector.ingest.otlp import OTLPDecodeError, decode_protobuf, gc_paused
 from detector.ingest.receiver import DECODE_THREADS, RETRY_AFTER_SECONDS, authorized
 from detector.ingest.requests import DecodedRequest, request_digest

@@ -16,9 +16,9 @@ import time
 
 import pyarrow as pa
 
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.group_commit import MAX_GROUP_BYTES, GroupCommitter
 from detector.ingest.logs import LOGS_TABLE
-from detector.ingest.metrics import IngestMetrics
 from detector.storage.transport import Store
 
 __all__ = ["LogsCommitter"]

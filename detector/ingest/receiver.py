@@ -54,6 +54,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from detector.ingest.commit import Committer
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.group_commit import MAX_GROUP_BYTES
 from detector.ingest.logs import (
     METRICS_REFUSED,
@@ -63,7 +64,6 @@ from detector.ingest.logs import (
     decode_logs_protobuf,
 )
 from detector.ingest.logs_commit import LogsCommitter
-from detector.ingest.metrics import IngestMetrics
 from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf, gc_paused
 from detector.ingest.requests import DecodedRequest, request_digest
 from detector.ingest.store_errors import safe_error

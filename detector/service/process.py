@@ -37,8 +37,8 @@ from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
 from detector.ingest.commit import Committer
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.grpc_receiver import GrpcBindError, OTLPGrpcReceiver
-from detector.ingest.metrics import IngestMetrics
 from detector.ingest.receiver import create_otlp_app
 from detector.service.cycle_loop import CycleLoop
 from detector.service.data_dir import private_directory

@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "CALLS_TABLE", "NORMALIZATION_FILE", "Normalization", "SELECT_ANY_STAGED", "SELECT_CALL_TABLE_COLUMNS",
-    "SELECT_NEW_CALLS", "SELECT_NEW_SHARD_CALLS_WRITTEN", "SELECT_NOW_US", "STAGING_TABLE", "normalize_staged", "normalized_calls", "shard_read_statement",
-    "transform_statement",
+    "CALLS_TABLE", "NORMALIZATION_FILE", "Normalization", "STAGING_TABLE", "normalize_staged", "normalized_calls",
+    "shard_read_statement", "transform_statement",
 ]
 
 CALLS_TABLE: Final = "otel.genai_calls"

@@ -36,7 +36,7 @@ from opentelemetry.trace import Link, SpanKind, StatusCode
 from opentelemetry.trace import Status as OtelStatus
 from support.servers import serve_app
 
-from detector.ingest.metrics import IngestMetrics
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.otlp import OTLPDecodeError, decode_protobuf, go_float
 from detector.ingest.receiver import create_otlp_app
 from detector.settings.config import IngestSettings

@@ -31,8 +31,8 @@ from support.otlp_senders import (
 from support.servers import serve_app
 
 from detector.ingest.commit import COMMIT_LINGER_SECONDS, Committer
+from detector.ingest.counters import IngestMetrics
 from detector.ingest.journal import JOURNAL_SUFFIX, write_journal
-from detector.ingest.metrics import IngestMetrics
 from detector.ingest.receiver import create_otlp_app, decode_request
 from detector.settings.config import IngestSettings
 from detector.storage.schema import apply_schema

@@ -1,5 +1,5 @@
 """A data directory created by an older DDL is brought up to date in place: the previous release's (a copy of its
-``clickhouse/`` at c7acdac, in ``tests/data/schema_c7acdac``: calls normalized by a materialized view on insert)
+``clickhouse/`` at 6a852c8, in ``tests/data/schema_6a852c8``: calls normalized by a materialized view on insert)
 keeps its calls and its detector's progress, and the staging view takes over; new columns are added in place, a
 materialized view whose statement changed is replaced (its hash kept in otel.loop_meta), and the cluster rewrite
 knows every statement kind of the upgrade."""
@@ -23,7 +23,7 @@ from detector.storage.normalization import normalize_staged
 from detector.storage.schema import VIEW_KEY_PREFIX, apply_schema, ddl_statements, view_statements
 from detector.storage.transport import ChdbStore, insert_rows
 
-PREVIOUS_RELEASE = Path(__file__).resolve().parent.parent / "data" / "schema_c7acdac"
+PREVIOUS_RELEASE = Path(__file__).resolve().parent.parent / "data" / "schema_6a852c8"
 NEW_CALL_COLUMNS = ("observation_fp", "observation_simhash", "observation_empty", "observation_chars", "args_fp",
                     "args_simhash", "output_fp", "output_norm_simhash", "out_tool_arg_simhashes")
 

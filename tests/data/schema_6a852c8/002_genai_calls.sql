@@ -55,6 +55,9 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls (
     output_fp UInt64,
     output_norm_simhash UInt64,
     out_tool_arg_simhashes Array(UInt64),
+    observation_failed UInt8,
+    observation_shape_fp UInt64,
+    observation_pending UInt8,
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
@@ -73,7 +76,10 @@ ALTER TABLE otel.genai_calls
     ADD COLUMN IF NOT EXISTS args_simhash UInt64,
     ADD COLUMN IF NOT EXISTS output_fp UInt64,
     ADD COLUMN IF NOT EXISTS output_norm_simhash UInt64,
-    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64);
+    ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
+    ADD COLUMN IF NOT EXISTS observation_failed UInt8,
+    ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS otel.genai_calls_mv TO otel.genai_calls AS
 -- Nested steps, so that each attribute is looked up once and each expression is analysed once: the view's SQL is
@@ -128,7 +134,18 @@ SELECT
     if(normalized[3] != '', cityHash64(normalized[3]), 0) AS output_fp,
     if(normalized[3] != '', ngramSimHashCaseInsensitiveUTF8(normalized[3]), 0) AS output_norm_simhash,
     arrayMap(x -> if(x != '', ngramSimHashCaseInsensitiveUTF8(replaceRegexpAll(x, '\\d+', '#')), 0), out_tool_args)
-        AS out_tool_arg_simhashes
+        AS out_tool_arg_simhashes,
+    -- what came back says it failed (an error, a traceback, a refusal, a non-zero return code): the same failure again
+    -- is the same outcome whatever its numbers (a shell's line counter, a retry-after) and whatever the arguments
+    -- (docs/signals.md, "Progress")
+    observed != '' AND match(observed, '(?i)\\b(error|exception|traceback|fatal|failed|failure|denied|not found|no such|cannot|can\'t|could not|unable to|invalid|unexpected|refused|timed out|not recognized)\\b|\\busage:|<returncode>[1-9]')
+        AS observation_failed,
+    -- the observation with every number replaced: a failure's key (compared for failures and "nothing" only)
+    if(normalized[1] != '', cityHash64(replaceRegexpAll(normalized[1], '\\d+', '#')), 0) AS observation_shape_fp,
+    -- what came back says the work is still in progress (a status of queued, running, in progress...): asking again
+    -- is polling, the world has to move
+    observed != '' AND match(observed, '(?i)\\b(status|state|phase)\\\\?"?\\s*[:=]\\s*\\\\?"?(queued|pending|running|in[ _-]?progress|processing|started|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\\b')
+        AS observation_pending
 FROM (
 -- (2c) what came back, the arguments and the reply, each with incidental variation normalized (see the top of
 -- this SELECT)
