@@ -174,10 +174,13 @@ def _rows(store: Any, spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _observation(row: dict[str, Any]) -> dict[str, Any]:
-    """What came back, as the view's columns have it (the fingerprint set's ``input_*``)."""
-    return {"fp": row["observation_fp"], "simhash": row["observation_simhash"],
-            "empty": row["observation_empty"] == "1", "chars": int(row["observation_chars"]), "failed": row["observation_failed"] == "1",
-            "shape": row["observation_shape_fp"], "pending": row["observation_pending"] == "1"}
+    """What came back, as the view's columns have it (the fingerprint set's ``input_*``). The shape only where it
+    failed or says "nothing": the only rows ``observation_shape_fp`` is read on, the only ones the SDKs compute it for
+    (0 otherwise)."""
+    failed, empty = row["observation_failed"] == "1", row["observation_empty"] == "1"
+    return {"fp": row["observation_fp"], "simhash": row["observation_simhash"], "empty": empty,
+            "chars": int(row["observation_chars"]), "failed": failed,
+            "shape": row["observation_shape_fp"] if failed or empty else "0", "pending": row["observation_pending"] == "1"}
 
 
 def _u64s(text: str) -> list[str]:

@@ -19,7 +19,8 @@ attribute                           value                                       
 ``loop_detector.fp.input_empty``    the new input says "nothing" (bool)                              ``observation_empty``
 ``loop_detector.fp.input_chars``    bytes of the normalized new input (int)                          ``observation_chars``
 ``loop_detector.fp.input_failed``   the new input says it failed (bool; an error, a traceback...)    ``observation_failed``
-``loop_detector.fp.input_shape``    ``cityHash64(normalize(new input) with digits as #)``            ``observation_shape_fp``
+``loop_detector.fp.input_shape``    ``cityHash64(normalize(new input) with digits as #)``, when it   ``observation_shape_fp``
+                                    failed or says "nothing" (the only rows that column is read on)
 ``loop_detector.fp.input_pending``  the new input says the work is in progress (bool; a status of    ``observation_pending``
                                     queued, running...)
 ``loop_detector.fp.output``         ``cityHash64(normalize(reply))``                                 ``output_fp``
@@ -172,10 +173,14 @@ def _observation(text: str) -> Observation:
     norm = normalize(text)
     keyless = without_keys(text)
     stripped = norm if keyless == text else normalize(keyless)
+    empty, failed = is_empty_observation(text), is_failed(text)
+    # the shape is a failure's (or "nothing"'s) key, read only for those: computed only for those (a second hash of
+    # the whole text costs as much as the first)
     return Observation(fp=city_hash64(utf8(norm)) if norm else 0,
                        simhash=word_shingle_simhash_ci(stripped) if stripped else 0,
-                       empty=is_empty_observation(text), chars=len(utf8(norm)), failed=is_failed(text),
-                       shape=city_hash64(utf8(digits_masked(norm))) if norm else 0, pending=is_pending(text))
+                       empty=empty, chars=len(utf8(norm)), failed=failed,
+                       shape=city_hash64(utf8(digits_masked(norm))) if norm and (failed or empty) else 0,
+                       pending=is_pending(text))
 
 
 def _reply(text: str) -> Reply:

@@ -36,13 +36,14 @@ _EMPTY = re.compile(
     rf"|^{_S}*(null|none|\[{_S}*\]|\{{{_S}*\}})?{_S}*\Z", re.ASCII)
 # What came back says it failed (an error, a traceback, a refusal, a non-zero return code): the normalization's
 # observation_failed; and that the work is still in progress (a status of queued, running...): observation_pending.
+# (both run over the text lowercased, ASCII letters only: the same matches as RE2's (?i) with ASCII folding, faster
+# than re.IGNORECASE over an alternation)
 _FAILED = re.compile(
     r"\b(error|exception|traceback|fatal|failed|failure|denied|not found|no such|cannot|can't|could not|unable to"
-    r"|invalid|unexpected|refused|timed out|not recognized)\b|\busage:|<returncode>[1-9]", re.ASCII | re.IGNORECASE)
+    r"|invalid|unexpected|refused|timed out|not recognized)\b|\busage:|<returncode>[1-9]", re.ASCII)
 _PENDING = re.compile(
     rf'\b(status|state|phase)\\?"?{_S}*[:=]{_S}*\\?"?(queued|pending|running|in[ _-]?progress|processing|started'
-    r"|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\b",
-    re.ASCII | re.IGNORECASE)
+    r"|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\b", re.ASCII)
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -90,11 +91,21 @@ def is_empty_observation(text: str) -> bool:
     return _EMPTY.search(lowered) is not None
 
 
+# Every match of _FAILED / _PENDING holds one of these: a text without any is scanned no further (a substring search
+# is a fraction of the regular expression's cost, and most results say neither)
+_FAILED_WORDS = ("error", "exception", "traceback", "fatal", "fail", "denied", "not found", "no such", "cannot",
+                 "can't", "could not", "unable to", "invalid", "unexpected", "refused", "timed out", "not recognized",
+                 "usage:", "<returncode>")
+_PENDING_WORDS = ("status", "state", "phase")
+
+
 def is_failed(text: str) -> bool:
     """The text says it failed (``observation_failed``): an error, a traceback, a refusal, a non-zero return code."""
-    return text != "" and _FAILED.search(text) is not None
+    lowered = text.translate(_ASCII_LOWER)
+    return any(w in lowered for w in _FAILED_WORDS) and _FAILED.search(lowered) is not None
 
 
 def is_pending(text: str) -> bool:
     """The text says the work is still in progress (``observation_pending``): a status of queued, running..."""
-    return text != "" and _PENDING.search(text) is not None
+    lowered = text.translate(_ASCII_LOWER)
+    return any(w in lowered for w in _PENDING_WORDS) and _PENDING.search(lowered) is not None

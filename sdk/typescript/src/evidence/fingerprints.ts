@@ -45,13 +45,16 @@ export interface ToolRunEvidence {
 export function observation(text: string): Observation {
   const norm = normalize(text);
   const stripped = normalize(withoutKeys(text));
+  const empty = isEmptyObservation(text);
+  const failed = isFailed(text);
   return {
     fp: norm ? cityHash64(utf8(norm)) : 0n,
     simhash: stripped ? wordShingleSimhashCI(stripped) : 0n,
-    empty: isEmptyObservation(text),
+    empty,
     chars: utf8(norm).length,
-    failed: isFailed(text),
-    shape: norm ? cityHash64(utf8(digitsMasked(norm))) : 0n,
+    failed,
+    // a failure's (or "nothing"'s) key: read only for those, computed only for those
+    shape: norm && (failed || empty) ? cityHash64(utf8(digitsMasked(norm))) : 0n,
     pending: isPending(text),
   };
 }
