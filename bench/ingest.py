@@ -299,7 +299,7 @@ def end_to_end(bodies: list[bytes], clients: int, warmup: bytes, transport: str 
 
 def decode_all(bodies: list[bytes], now_ns: int) -> tuple[float, list[pa.Table], int]:
     """What the receiver's decode thread does per request: protobuf -> Arrow table (GC paused, as there)."""
-    from detector.ingest.otlp import gc_paused
+    from detector.ingest.decoding import gc_paused
 
     settings = IngestSettings()
     t0 = time.perf_counter()

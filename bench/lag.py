@@ -285,6 +285,7 @@ def main() -> None:
     parser.add_argument("--rates", default="1000,5000,10000")
     parser.add_argument("--sessions", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--config", help="the service's YAML config (default: the default configuration)")
     parser.add_argument("--update-docs", action="store_true")
     args = parser.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
@@ -294,7 +295,7 @@ def main() -> None:
 
     timed: list[list[Planned]] = []
     with tempfile.TemporaryDirectory(prefix="bench-lag-") as data:
-        with ServeProcess(Path(data) / "data") as proc:
+        with ServeProcess(Path(data) / "data", config_path=args.config) as proc:
             monitor = Monitor(proc.api)
             thread = threading.Thread(target=monitor.run, daemon=True)
             thread.start()

@@ -160,7 +160,7 @@ def _cmd_session(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from detector.evaluation.evaluate import run_cli
+    from detector.cli.eval_command import run_cli
 
     return run_cli(args)
 

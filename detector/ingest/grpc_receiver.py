@@ -46,9 +46,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from detector.ingest.commit import Committer
 from detector.ingest.counters import IngestMetrics
+from detector.ingest.decoding import OTLPDecodeError, gc_paused
 from detector.ingest.logs import METRICS_REFUSED, count_metric_points_pb, decode_logs_protobuf
 from detector.ingest.logs_commit import LogsCommitter
-from detector.ingest.otlp import OTLPDecodeError, decode_protobuf, gc_paused
+from detector.ingest.otlp import decode_protobuf
 from detector.ingest.receiver import DECODE_THREADS, RETRY_AFTER_SECONDS, authorized
 from detector.ingest.requests import DecodedRequest, request_digest
 from detector.ingest.store_errors import safe_error

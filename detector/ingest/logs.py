@@ -33,23 +33,20 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from detector.ingest.otlp import (
-    OTLPDecodeError,
-    _arr,
-    _get,
-    _hex_bytes,
-    _int,
-    _obj,
-    _Rejections,
-    _str,
-    _Window,
+from detector.ingest.decoding import OTLPDecodeError, gc_paused
+from detector.ingest.otlp import Rejections, SpanWindow
+from detector.ingest.otlp_json import (
+    as_array,
+    as_int,
+    as_object,
+    as_str,
     attrs_json,
-    attrs_pb,
     decode_json_document,
-    gc_paused,
+    hex_bytes,
+    member,
     value_str_json,
-    value_str_pb,
 )
+from detector.ingest.otlp_values import attrs_pb, value_str_pb
 from detector.ingest.spans import MAX_DATETIME64_NS
 from detector.settings.config import IngestSettings
 
@@ -125,7 +122,7 @@ class LogDecodeResult:
         return len(self.logs)
 
 
-def _record_problem(trace_id: bytes, span_id: bytes, ts: int, window: _Window) -> tuple[str, str] | None:
+def _record_problem(trace_id: bytes, span_id: bytes, ts: int, window: SpanWindow) -> tuple[str, str] | None:
     if trace_id and len(trace_id) != 16:
         return "invalid trace id", f"{len(trace_id)} bytes, want 16"
     if span_id and len(span_id) != 8:
@@ -143,7 +140,7 @@ def _hex(raw: bytes, zero: bytes) -> str:
     return raw.hex() if raw and raw != zero else ""
 
 
-def _message(rejections: _Rejections, total: int) -> str:
+def _message(rejections: Rejections, total: int) -> str:
     return rejections.message(total).replace(" spans ", " log records ", 1)
 
 
@@ -161,9 +158,9 @@ def decode_logs_protobuf(body: bytes, settings: IngestSettings | None = None,
 
 def logs_from_request(request: ExportLogsServiceRequest, settings: IngestSettings | None = None,
                       now_ns: int | None = None) -> LogDecodeResult:
-    window = _Window.of(settings or IngestSettings(), now_ns)
+    window = SpanWindow.of(settings or IngestSettings(), now_ns)
     batch = LogBatch()
-    rejections: _Rejections | None = None
+    rejections: Rejections | None = None
     total = 0
     for ri, resource_logs in enumerate(request.resource_logs):
         resource = attrs_pb(resource_logs.resource.attributes)
@@ -177,7 +174,7 @@ def logs_from_request(request: ExportLogsServiceRequest, settings: IngestSetting
                 ts = record.time_unix_nano or record.observed_time_unix_nano or window.now_ns
                 problem = _record_problem(trace_id, span_id, ts, window)
                 if problem is not None:
-                    rejections = rejections or _Rejections()
+                    rejections = rejections or Rejections()
                     rejections.add(f"resource_logs[{ri}].scope_logs[{si}].log_records[{ki}]", *problem)
                     continue
                 attributes = attrs_pb(record.attributes)
@@ -199,53 +196,53 @@ def decode_logs_json(body: bytes, settings: IngestSettings | None = None, now_ns
 
 
 def _logs_from_json(document: Mapping[str, Any], settings: IngestSettings | None, now_ns: int | None) -> LogDecodeResult:
-    window = _Window.of(settings or IngestSettings(), now_ns)
+    window = SpanWindow.of(settings or IngestSettings(), now_ns)
     batch = LogBatch()
-    rejections: _Rejections | None = None
+    rejections: Rejections | None = None
     total = 0
-    for ri, resource_logs in enumerate(_arr(_get(document, "resourceLogs", "resource_logs"), "resourceLogs")):
+    for ri, resource_logs in enumerate(as_array(member(document, "resourceLogs", "resource_logs"), "resourceLogs")):
         rpath = f"resourceLogs[{ri}]"
-        resource_logs = _obj(resource_logs, rpath)
-        resource_obj = _obj(resource_logs.get("resource"), rpath + ".resource")
+        resource_logs = as_object(resource_logs, rpath)
+        resource_obj = as_object(resource_logs.get("resource"), rpath + ".resource")
         resource = attrs_json(resource_obj.get("attributes"), rpath + ".resource.attributes")
         service = resource.get("service.name", "")
-        resource_url = _str(_get(resource_logs, "schemaUrl", "schema_url"), rpath + ".schemaUrl")
-        for si, scope_logs in enumerate(_arr(_get(resource_logs, "scopeLogs", "scope_logs"), rpath + ".scopeLogs")):
+        resource_url = as_str(member(resource_logs, "schemaUrl", "schema_url"), rpath + ".schemaUrl")
+        for si, scope_logs in enumerate(as_array(member(resource_logs, "scopeLogs", "scope_logs"), rpath + ".scopeLogs")):
             spath = f"{rpath}.scopeLogs[{si}]"
-            scope_logs = _obj(scope_logs, spath)
-            scope = _obj(scope_logs.get("scope"), spath + ".scope")
+            scope_logs = as_object(scope_logs, spath)
+            scope = as_object(scope_logs.get("scope"), spath + ".scope")
             scope_attrs = attrs_json(scope.get("attributes"), spath + ".scope.attributes")
-            scope_url = _str(_get(scope_logs, "schemaUrl", "schema_url"), spath + ".schemaUrl")
-            records = _arr(_get(scope_logs, "logRecords", "log_records"), spath + ".logRecords")
+            scope_url = as_str(member(scope_logs, "schemaUrl", "schema_url"), spath + ".schemaUrl")
+            records = as_array(member(scope_logs, "logRecords", "log_records"), spath + ".logRecords")
             total += len(records)
             for ki, record in enumerate(records):
                 path = f"{spath}.logRecords[{ki}]"
-                record = _obj(record, path)
-                trace_id = _hex_bytes(_get(record, "traceId", "trace_id"), path + ".traceId")
-                span_id = _hex_bytes(_get(record, "spanId", "span_id"), path + ".spanId")
+                record = as_object(record, path)
+                trace_id = hex_bytes(member(record, "traceId", "trace_id"), path + ".traceId")
+                span_id = hex_bytes(member(record, "spanId", "span_id"), path + ".spanId")
                 if trace_id is None or span_id is None:
-                    rejections = rejections or _Rejections()
+                    rejections = rejections or Rejections()
                     rejections.add(path, f"invalid {'trace' if trace_id is None else 'span'} id", "not hex")
                     continue
-                ts = (_int(_get(record, "timeUnixNano", "time_unix_nano"), path + ".timeUnixNano")
-                      or _int(_get(record, "observedTimeUnixNano", "observed_time_unix_nano"),
+                ts = (as_int(member(record, "timeUnixNano", "time_unix_nano"), path + ".timeUnixNano")
+                      or as_int(member(record, "observedTimeUnixNano", "observed_time_unix_nano"),
                               path + ".observedTimeUnixNano") or window.now_ns)
                 problem = _record_problem(trace_id, span_id, ts, window)
                 if problem is not None:
-                    rejections = rejections or _Rejections()
+                    rejections = rejections or Rejections()
                     rejections.add(path, *problem)
                     continue
                 attributes = attrs_json(record.get("attributes"), path + ".attributes")
                 body_value = record.get("body")
                 batch.rows.append((
                     min(ts, MAX_DATETIME64_NS), _hex(trace_id, _ZERO_TRACE_ID), _hex(span_id, _ZERO_SPAN_ID),
-                    _int(record.get("flags"), path + ".flags") & 0xFF,
-                    _str(_get(record, "severityText", "severity_text"), path + ".severityText"),
-                    min(max(_severity(_get(record, "severityNumber", "severity_number"), path), 0), 255), service,
+                    as_int(record.get("flags"), path + ".flags") & 0xFF,
+                    as_str(member(record, "severityText", "severity_text"), path + ".severityText"),
+                    min(max(_severity(member(record, "severityNumber", "severity_number"), path), 0), 255), service,
                     value_str_json(body_value, path + ".body") if body_value is not None else "", resource_url,
-                    resource, scope_url, _str(scope.get("name"), spath + ".scope.name"),
-                    _str(scope.get("version"), spath + ".scope.version"), scope_attrs, attributes,
-                    event_name_of(_str(_get(record, "eventName", "event_name"), path + ".eventName"), attributes),
+                    resource, scope_url, as_str(scope.get("name"), spath + ".scope.name"),
+                    as_str(scope.get("version"), spath + ".scope.version"), scope_attrs, attributes,
+                    event_name_of(as_str(member(record, "eventName", "event_name"), path + ".eventName"), attributes),
                 ))
     if rejections is None:
         return LogDecodeResult(batch)
@@ -260,7 +257,7 @@ def _severity(value: Any, path: str) -> int:
         name = value.removeprefix("SEVERITY_NUMBER_")
         if name in names:
             return names.index(name)
-    return _int(value, path + ".severityNumber")
+    return as_int(value, path + ".severityNumber")
 
 
 # -- metrics: not stored; counted so that the answer says how many points were refused ---------------------
@@ -286,20 +283,20 @@ def count_metric_points_pb(body: bytes) -> int:
 def count_metric_points_json(body: bytes) -> int:
     """Data points in an OTLP/JSON ExportMetricsServiceRequest; raises :class:`OTLPDecodeError`."""
     try:
-        document = _obj(orjson.loads(body), "$")
+        document = as_object(orjson.loads(body), "$")
     except orjson.JSONDecodeError as exc:
         raise OTLPDecodeError(f"body is not valid JSON ({len(body)} bytes): {exc}") from None
     points = 0
-    for ri, rm in enumerate(_arr(_get(document, "resourceMetrics", "resource_metrics"), "resourceMetrics")):
-        rm = _obj(rm, f"resourceMetrics[{ri}]")
-        for si, sm in enumerate(_arr(_get(rm, "scopeMetrics", "scope_metrics"), f"resourceMetrics[{ri}].scopeMetrics")):
-            sm = _obj(sm, f"resourceMetrics[{ri}].scopeMetrics[{si}]")
-            for mi, metric in enumerate(_arr(sm.get("metrics"), "metrics")):
-                metric = _obj(metric, f"metrics[{mi}]")
+    for ri, rm in enumerate(as_array(member(document, "resourceMetrics", "resource_metrics"), "resourceMetrics")):
+        rm = as_object(rm, f"resourceMetrics[{ri}]")
+        for si, sm in enumerate(as_array(member(rm, "scopeMetrics", "scope_metrics"), f"resourceMetrics[{ri}].scopeMetrics")):
+            sm = as_object(sm, f"resourceMetrics[{ri}].scopeMetrics[{si}]")
+            for mi, metric in enumerate(as_array(sm.get("metrics"), "metrics")):
+                metric = as_object(metric, f"metrics[{mi}]")
                 for kind in ("gauge", "sum", "histogram", "exponentialHistogram", "summary",
                              "exponential_histogram"):
                     if kind in metric:
-                        points += len(_arr(_get(_obj(metric[kind], kind), "dataPoints", "data_points"), "dataPoints"))
+                        points += len(as_array(member(as_object(metric[kind], kind), "dataPoints", "data_points"), "dataPoints"))
     return points
 
 METRICS_REFUSED = ("loop-detector stores no metrics (it reads traces and logs): send metrics to a metrics backend, "

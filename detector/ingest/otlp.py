@@ -34,32 +34,33 @@ batch's column lists (``detector/ingest/spans.py`` says why columns).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import gc
-import math
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
-import orjson
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from detector.ingest.decoding import OTLPDecodeError, gc_paused
+from detector.ingest.otlp_json import (
+    as_array,
+    as_enum,
+    as_int,
+    as_object,
+    as_str,
+    attrs_json,
+    decode_json_document,
+    hex_bytes,
+    member,
+)
+from detector.ingest.otlp_values import attrs_pb, value_str_cached
 from detector.ingest.spans import MAX_DATETIME64_NS, NS_PER_SECOND, SpanBatch
 from detector.settings.config import IngestSettings
 
-R = TypeVar("R")  # what a JSON body is built into (decode_json_document)
-
 __all__ = [
-    "DecodeResult", "MAX_REJECT_EXAMPLES", "MAX_RENDERED_ENTRIES", "MAX_RENDERED_KEY_BYTES", "OTLPDecodeError",
-    "SPAN_KINDS", "STATUS_CODES", "TRACES_TABLE", "attrs_json", "attrs_pb", "decode_json", "decode_json_document",
-    "decode_protobuf",
-    "gc_paused", "go_float", "parse_protobuf", "rows_from_request", "value_str_json", "value_str_pb",
+    "DecodeResult", "MAX_REJECT_EXAMPLES", "Rejections", "SPAN_KINDS", "STATUS_CODES", "SpanWindow", "TRACES_TABLE",
+    "decode_json", "decode_protobuf", "parse_protobuf", "rows_from_request", "span_problem",
 ]
 
 TRACES_TABLE = "otel.otel_traces"
@@ -74,23 +75,6 @@ _ZERO_SPAN_ID = bytes(8)
 
 # At most this many rejected spans are named one by one in the error message.
 MAX_REJECT_EXAMPLES = 5
-
-# encoding/json escapes these (HTML safety and JavaScript line terminators); orjson does not.
-_GO_JSON_ESCAPES = {
-    ord("<"): "\\u003c",
-    ord(">"): "\\u003e",
-    ord("&"): "\\u0026",
-    0x2028: "\\u2028",
-    0x2029: "\\u2029",
-}
-
-
-class OTLPDecodeError(ValueError):
-    """The body is not a decodable ExportTraceServiceRequest (the whole request is rejected)."""
-
-
-class _Unsupported(Exception):
-    """A NaN or infinite double inside an array or kvlist: encoding/json refuses it, AsString gives ''."""
 
 
 @dataclass(slots=True)
@@ -111,7 +95,7 @@ class DecodeResult:
         return self.spans.rows()
 
 
-class _Rejections:
+class Rejections:
     """Counts rejected spans by reason and remembers the first few positions for the message."""
 
     __slots__ = ("count", "reasons", "examples")
@@ -133,139 +117,11 @@ class _Rejections:
         return f"rejected {self.count} of {total} spans [{reasons}]; " + "; ".join(self.examples) + more
 
 
-# -- value formatting (pdata AsString) --------------------------------------------------------------
-
-
-def go_float(value: float) -> str:
-    """A double as pdata's ``AsString`` (Go ``encoding/json``'s float64 encoding) writes it."""
-    if value != value or value in (math.inf, -math.inf):
-        return "json: unsupported value: " + ("NaN" if value != value else "+Inf" if value > 0 else "-Inf")
-    text = repr(value)  # the shortest digits that round-trip, like strconv with precision -1
-    magnitude = abs(value)
-    if magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
-        # Go's 'e' format: "1e-07", "1.5e+21" (repr spells them the same); then e-0X -> e-X.
-        if len(text) >= 4 and text[-4] == "e" and text[-3] == "-" and text[-2] == "0":
-            text = text[:-2] + text[-1]
-        return text
-    if "e" in text:  # repr switches to exponent form at 1e16 and below 1e-4; Go stays fixed here
-        return format(Decimal(text), "f")
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _go_json(raw: Any) -> str:
-    """Compact JSON the way Go's ``json.Marshal`` writes an ``AsRaw()`` value."""
-    return orjson.dumps(raw, option=orjson.OPT_SORT_KEYS).decode().translate(_GO_JSON_ESCAPES)
-
-
-def _float_fragment(value: float) -> orjson.Fragment:
-    if value != value or value in (math.inf, -math.inf):
-        raise _Unsupported
-    return orjson.Fragment(go_float(value))
-
-
-def _raw_pb(v: Any) -> Any:
-    """A protobuf AnyValue as pdata's ``AsRaw()`` (doubles pre-rendered, bytes as base64)."""
-    which = v.WhichOneof("value")
-    if which == "string_value":
-        return v.string_value
-    if which == "int_value":
-        return v.int_value
-    if which == "bool_value":
-        return v.bool_value
-    if which == "double_value":
-        return _float_fragment(v.double_value)
-    if which == "array_value":
-        return [_raw_pb(x) for x in v.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _raw_pb(kv.value) for kv in v.kvlist_value.values}
-    if which == "bytes_value":
-        return base64.b64encode(v.bytes_value).decode()
-    return None
-
-
-def value_str_pb(v: Any) -> str:
-    """A protobuf AnyValue as pdata's ``AsString()`` writes it."""
-    which = v.WhichOneof("value")
-    if which == "string_value":
-        return v.string_value
-    if which == "int_value":
-        return str(v.int_value)
-    if which == "bool_value":
-        return "true" if v.bool_value else "false"
-    if which == "double_value":
-        return go_float(v.double_value)
-    if which in ("array_value", "kvlist_value"):
-        try:
-            return _go_json(_raw_pb(v))
-        except _Unsupported:
-            return ""
-    if which == "bytes_value":
-        return base64.b64encode(v.bytes_value).decode()
-    return ""
-
-
-# Rendered non-string, non-int values (doubles, bools, small arrays such as finish_reasons ["stop"])
-# keyed by their wire bytes: they repeat across spans, and serializing is cheaper than rendering.
-_rendered: dict[bytes, str] = {}
-MAX_RENDERED_KEY_BYTES = 256
-MAX_RENDERED_ENTRIES = 4096
-
-
-def _value_str_cached(v: Any) -> str:
-    key = v.SerializeToString()
-    text = _rendered.get(key)
-    if text is None:
-        text = value_str_pb(v)
-        if len(key) <= MAX_RENDERED_KEY_BYTES:
-            if len(_rendered) >= MAX_RENDERED_ENTRIES:
-                _rendered.clear()
-            _rendered[key] = text
-    return text
-
-
-def attrs_pb(kvs: Iterable[Any]) -> dict[str, str]:
-    """Repeated KeyValue -> {key: AsString(value)}; the common string case costs one field read."""
-    out: dict[str, str] = {}
-    for kv in kvs:
-        v = kv.value
-        out[kv.key] = v.string_value or (str(i) if (i := v.int_value) else _value_str_cached(v))
-    return out
-
-
-# -- garbage collection -----------------------------------------------------------------------------
-#
-# Decoding allocates a few dicts per span; with the collector on, CPython's generational collections
-# triggered by those allocations cost more than the decoding itself (``docs/benchmarks.md``, "Ingest"). The
-# rows hold no reference cycles (plain dicts, lists and strings freed by refcount), so the
-# collector is paused while a request is decoded and re-enabled when the last decoder finishes.
-
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()
-
-
 # -- span validation ----------------------------------------------------------------------------------
 
 
 @dataclass(slots=True, frozen=True)
-class _Window:
+class SpanWindow:
     """The accepted start-time window, computed once per request."""
 
     now_ns: int
@@ -273,7 +129,7 @@ class _Window:
     max_start_ns: int
 
     @classmethod
-    def of(cls, settings: IngestSettings, now_ns: int | None) -> _Window:
+    def of(cls, settings: IngestSettings, now_ns: int | None) -> SpanWindow:
         now = time.time_ns() if now_ns is None else now_ns
         return cls(
             now_ns=now,
@@ -282,8 +138,8 @@ class _Window:
         )
 
 
-def _span_problem(trace_id: bytes, span_id: bytes, parent: bytes, start: int, end: int,
-                  window: _Window) -> tuple[str, str]:
+def span_problem(trace_id: bytes, span_id: bytes, parent: bytes, start: int, end: int,
+                 window: SpanWindow) -> tuple[str, str]:
     """Why a span is rejected: (reason, detail). Only called for spans that failed the fast check."""
     if len(trace_id) != 16:
         return ("invalid trace id", f"{len(trace_id)} bytes, want 16") if trace_id else ("missing trace id", "")
@@ -329,11 +185,11 @@ def decode_protobuf(body: bytes, settings: IngestSettings | None = None, now_ns:
 def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettings | None = None,
                       now_ns: int | None = None) -> DecodeResult:
     """The spans of a parsed ExportTraceServiceRequest (the protobuf hot path)."""
-    window = _Window.of(settings or IngestSettings(), now_ns)
+    window = SpanWindow.of(settings or IngestSettings(), now_ns)
     min_start, max_start, max_end = window.min_start_ns, window.max_start_ns, MAX_DATETIME64_NS
     kinds, codes = SPAN_KINDS, STATUS_CODES
     zero_trace, zero_span = _ZERO_TRACE_ID, _ZERO_SPAN_ID
-    value_str = _value_str_cached
+    value_str = value_str_cached
     batch = SpanBatch()
     # the batch's column lists, appended to directly (a method call per span would cost more)
     add_start, add_trace, add_span = batch.start_ns.append, batch.trace_id.append, batch.span_id.append
@@ -344,7 +200,7 @@ def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettin
     add_duration, add_code = batch.duration.append, batch.status_code.append
     add_message = batch.status_message.append
     attr_keys = batch.attr_keys
-    rejections: _Rejections | None = None
+    rejections: Rejections | None = None
     total = 0
     for ri, resource_spans in enumerate(request.resource_spans):
         resource = batch.add_resource(attrs_pb(resource_spans.resource.attributes))
@@ -362,8 +218,8 @@ def rows_from_request(request: ExportTraceServiceRequest, settings: IngestSettin
                         or start < min_start or start > max_start or end < start or end > max_end
                         or (parent and len(parent) != 8)):
                     if rejections is None:
-                        rejections = _Rejections()
-                    reason, detail = _span_problem(trace_id, span_id, parent, start, end, window)
+                        rejections = Rejections()
+                    reason, detail = span_problem(trace_id, span_id, parent, start, end, window)
                     rejections.add(f"resource_spans[{ri}].scope_spans[{si}].spans[{ki}]", reason, detail)
                     continue
                 attributes: dict[str, str] = {}  # a dict, so that a repeated key keeps its last value
@@ -404,304 +260,77 @@ def _hex_id(raw: bytes, zero: bytes) -> str:
     return raw.hex() if raw and raw != zero else ""
 
 
-# -- OTLP/JSON --------------------------------------------------------------------------------------
-
-
-def _get(obj: Mapping[str, Any], camel: str, snake: str | None = None) -> Any:
-    value = obj.get(camel)
-    if value is None and snake is not None:
-        value = obj.get(snake)
-    return value
-
-
-def _obj(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise OTLPDecodeError(f"{path}: expected an object, got {_json_type(value)}")
-    return value
-
-
-def _arr(value: Any, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise OTLPDecodeError(f"{path}: expected an array, got {_json_type(value)}")
-    return value
-
-
-def _str(value: Any, path: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise OTLPDecodeError(f"{path}: expected a string, got {_json_type(value)}")
-    return value
-
-
-def _int(value: Any, path: str) -> int:
-    """An integer field: a JSON number or a decimal string (64-bit integers travel as strings)."""
-    if value is None:
-        return 0
-    if isinstance(value, bool):
-        raise OTLPDecodeError(f"{path}: expected an integer, got a boolean")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if number.is_integer():
-            return int(number)
-    raise OTLPDecodeError(f"{path}: expected an integer (number or decimal string), got {_json_type(value)}")
-
-
-def _enum(value: Any, names: Mapping[str, int], path: str) -> int:
-    if isinstance(value, str) and value in names:
-        return names[value]
-    return _int(value, path)
-
-
-def _double(value: Any, path: str) -> float:
-    if isinstance(value, bool):
-        raise OTLPDecodeError(f"{path}: expected a number, got a boolean")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        special = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value)
-        if special is not None:
-            return special
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise OTLPDecodeError(f"{path}: expected a number, got {_json_type(value)}")
-
-
-def _bytes_b64(value: Any, path: str) -> bytes:
-    text = _str(value, path)
-    try:
-        if "-" in text or "_" in text:
-            return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise OTLPDecodeError(f"{path}: invalid base64") from None
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _json_value_kind(obj: Mapping[str, Any]) -> str | None:
-    for key in ("stringValue", "intValue", "boolValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue"):
-        if key in obj:
-            return key
-    for snake, key in (("string_value", "stringValue"), ("int_value", "intValue"), ("bool_value", "boolValue"),
-                       ("double_value", "doubleValue"), ("array_value", "arrayValue"),
-                       ("kvlist_value", "kvlistValue"), ("bytes_value", "bytesValue")):
-        if snake in obj:
-            return key
-    return None
-
-
-def _json_field(obj: Mapping[str, Any], kind: str) -> Any:
-    if kind in obj:
-        return obj[kind]
-    return obj.get("_".join(_split_camel(kind)))
-
-
-def _split_camel(name: str) -> list[str]:
-    parts, current = [], ""
-    for ch in name:
-        if ch.isupper():
-            parts.append(current)
-            current = ch.lower()
-        else:
-            current += ch
-    parts.append(current)
-    return parts
-
-
-def _raw_json(value: Any, path: str) -> Any:
-    obj = _obj(value, path)
-    kind = _json_value_kind(obj)
-    if kind is None:
-        return None
-    item = _json_field(obj, kind)
-    if kind == "stringValue":
-        return _str(item, path + ".stringValue")
-    if kind == "intValue":
-        return _int(item, path + ".intValue")
-    if kind == "boolValue":
-        return _bool(item, path)
-    if kind == "doubleValue":
-        return _float_fragment(_double(item, path + ".doubleValue"))
-    if kind == "arrayValue":
-        values = _arr(_obj(item, path + ".arrayValue").get("values"), path + ".arrayValue.values")
-        return [_raw_json(x, f"{path}.arrayValue.values[{i}]") for i, x in enumerate(values)]
-    if kind == "kvlistValue":
-        values = _arr(_obj(item, path + ".kvlistValue").get("values"), path + ".kvlistValue.values")
-        out = {}
-        for i, kv in enumerate(values):
-            kv_path = f"{path}.kvlistValue.values[{i}]"
-            kv = _obj(kv, kv_path)
-            out[_str(kv.get("key"), kv_path + ".key")] = _raw_json(kv.get("value"), kv_path + ".value")
-        return out
-    return base64.b64encode(_bytes_b64(item, path + ".bytesValue")).decode()
-
-
-def _bool(value: Any, path: str) -> bool:
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise OTLPDecodeError(f"{path}.boolValue: expected a boolean, got {_json_type(value)}")
-    return value
-
-
-def value_str_json(value: Any, path: str = "value") -> str:
-    """An OTLP/JSON AnyValue object as pdata's ``AsString()`` writes it."""
-    obj = _obj(value, path)
-    kind = _json_value_kind(obj)
-    if kind is None:
-        return ""
-    item = _json_field(obj, kind)
-    if kind == "stringValue":
-        return _str(item, path + ".stringValue")
-    if kind == "intValue":
-        return str(_int(item, path + ".intValue"))
-    if kind == "boolValue":
-        return "true" if _bool(item, path) else "false"
-    if kind == "doubleValue":
-        return go_float(_double(item, path + ".doubleValue"))
-    if kind in ("arrayValue", "kvlistValue"):
-        try:
-            return _go_json(_raw_json(obj, path))
-        except _Unsupported:
-            return ""
-    return base64.b64encode(_bytes_b64(item, path + ".bytesValue")).decode()
-
-
-def attrs_json(value: Any, path: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for i, kv in enumerate(_arr(value, path)):
-        kv_path = f"{path}[{i}]"
-        kv = _obj(kv, kv_path)
-        out[_str(kv.get("key"), kv_path + ".key")] = value_str_json(kv.get("value"), kv_path + ".value")
-    return out
-
-
-def _hex_bytes(value: Any, path: str) -> bytes | None:
-    """A hex id; ``None`` when it is not valid hex (the span is then rejected, not the request)."""
-    text = _str(value, path)
-    if not text:
-        return b""
-    if len(text) % 2 or not all(c in "0123456789abcdefABCDEF" for c in text):
-        return None
-    return bytes.fromhex(text)
-
-
 def decode_json(body: bytes, settings: IngestSettings | None = None, now_ns: int | None = None) -> DecodeResult:
     """Decode an OTLP/JSON ExportTraceServiceRequest body; raises :class:`OTLPDecodeError`."""
     return decode_json_document(body, _rows_from_json, settings, now_ns)
 
 
-def decode_json_document(body: bytes, build: Callable[[Mapping[str, Any], IngestSettings | None, int | None], R],
-                         settings: IngestSettings | None, now_ns: int | None) -> R:
-    """An OTLP/JSON body parsed and handed to ``build`` (traces or logs) with the GC paused; a body that is not a
-    JSON object, or nests too deep, raises :class:`OTLPDecodeError`."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise OTLPDecodeError(f"body is not valid JSON ({len(body)} bytes): {exc}") from None
-    try:
-        with gc_paused():
-            return build(_obj(document, "$"), settings, now_ns)
-    except RecursionError:
-        raise OTLPDecodeError("AnyValue nesting too deep") from None
-
-
 def _rows_from_json(document: Mapping[str, Any], settings: IngestSettings | None, now_ns: int | None) -> DecodeResult:
-    window = _Window.of(settings or IngestSettings(), now_ns)
+    window = SpanWindow.of(settings or IngestSettings(), now_ns)
     batch = SpanBatch()
-    rejections: _Rejections | None = None
+    rejections: Rejections | None = None
     total = 0
-    for ri, resource_spans in enumerate(_arr(_get(document, "resourceSpans", "resource_spans"), "resourceSpans")):
+    for ri, resource_spans in enumerate(as_array(member(document, "resourceSpans", "resource_spans"), "resourceSpans")):
         rpath = f"resourceSpans[{ri}]"
-        resource_spans = _obj(resource_spans, rpath)
-        resource = _obj(resource_spans.get("resource"), rpath + ".resource")
+        resource_spans = as_object(resource_spans, rpath)
+        resource = as_object(resource_spans.get("resource"), rpath + ".resource")
         resource_index = batch.add_resource(attrs_json(resource.get("attributes"), rpath + ".resource.attributes"))
-        scope_list = _arr(_get(resource_spans, "scopeSpans", "scope_spans"), rpath + ".scopeSpans")
+        scope_list = as_array(member(resource_spans, "scopeSpans", "scope_spans"), rpath + ".scopeSpans")
         for si, scope_spans in enumerate(scope_list):
             spath = f"{rpath}.scopeSpans[{si}]"
-            scope_spans = _obj(scope_spans, spath)
-            scope = _obj(scope_spans.get("scope"), spath + ".scope")
-            scope_index = batch.add_scope(_str(scope.get("name"), spath + ".scope.name"),
-                                          _str(scope.get("version"), spath + ".scope.version"))
-            spans = _arr(scope_spans.get("spans"), spath + ".spans")
+            scope_spans = as_object(scope_spans, spath)
+            scope = as_object(scope_spans.get("scope"), spath + ".scope")
+            scope_index = batch.add_scope(as_str(scope.get("name"), spath + ".scope.name"),
+                                          as_str(scope.get("version"), spath + ".scope.version"))
+            spans = as_array(scope_spans.get("spans"), spath + ".spans")
             total += len(spans)
             for ki, span in enumerate(spans):
                 path = f"{spath}.spans[{ki}]"
-                span = _obj(span, path)
-                trace_id = _hex_bytes(_get(span, "traceId", "trace_id"), path + ".traceId")
-                span_id = _hex_bytes(_get(span, "spanId", "span_id"), path + ".spanId")
-                parent = _hex_bytes(_get(span, "parentSpanId", "parent_span_id"), path + ".parentSpanId")
-                start = _int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), path + ".startTimeUnixNano")
-                end = _int(_get(span, "endTimeUnixNano", "end_time_unix_nano"), path + ".endTimeUnixNano")
+                span = as_object(span, path)
+                trace_id = hex_bytes(member(span, "traceId", "trace_id"), path + ".traceId")
+                span_id = hex_bytes(member(span, "spanId", "span_id"), path + ".spanId")
+                parent = hex_bytes(member(span, "parentSpanId", "parent_span_id"), path + ".parentSpanId")
+                start = as_int(member(span, "startTimeUnixNano", "start_time_unix_nano"), path + ".startTimeUnixNano")
+                end = as_int(member(span, "endTimeUnixNano", "end_time_unix_nano"), path + ".endTimeUnixNano")
                 where = path
                 bad_hex = [name for name, raw in (("trace id", trace_id), ("span id", span_id),
                                                   ("parent span id", parent)) if raw is None]
                 if bad_hex:
-                    rejections = rejections or _Rejections()
+                    rejections = rejections or Rejections()
                     rejections.add(where, f"invalid {bad_hex[0]}", "not hex")
                     continue
                 assert trace_id is not None and span_id is not None and parent is not None
                 if (len(trace_id) != 16 or trace_id == _ZERO_TRACE_ID or len(span_id) != 8
                         or span_id == _ZERO_SPAN_ID or start < window.min_start_ns or start > window.max_start_ns
                         or end < start or end > MAX_DATETIME64_NS or (parent and len(parent) != 8)):
-                    rejections = rejections or _Rejections()
-                    rejections.add(where, *_span_problem(trace_id, span_id, parent, start, end, window))
+                    rejections = rejections or Rejections()
+                    rejections.add(where, *span_problem(trace_id, span_id, parent, start, end, window))
                     continue
-                status = _obj(span.get("status"), path + ".status")
+                status = as_object(span.get("status"), path + ".status")
                 fields = {
-                    "trace_state": _str(_get(span, "traceState", "trace_state"), path + ".traceState"),
-                    "name": _str(span.get("name"), path + ".name"),
-                    "kind": SPAN_KINDS.get(_enum(span.get("kind"), _SPAN_KIND_NAMES, path + ".kind"), ""),
+                    "trace_state": as_str(member(span, "traceState", "trace_state"), path + ".traceState"),
+                    "name": as_str(span.get("name"), path + ".name"),
+                    "kind": SPAN_KINDS.get(as_enum(span.get("kind"), _SPAN_KIND_NAMES, path + ".kind"), ""),
                     "attributes": attrs_json(span.get("attributes"), path + ".attributes"),
                     "status_code": STATUS_CODES.get(
-                        _enum(status.get("code"), _STATUS_CODE_NAMES, path + ".status.code"), ""),
-                    "status_message": _str(status.get("message"), path + ".status.message"),
+                        as_enum(status.get("code"), _STATUS_CODE_NAMES, path + ".status.code"), ""),
+                    "status_message": as_str(status.get("message"), path + ".status.message"),
                 }
-                events = [_obj(e, f"{path}.events[{i}]") for i, e in enumerate(_arr(span.get("events"), path + ".events"))]
+                events = [as_object(e, f"{path}.events[{i}]") for i, e in enumerate(as_array(span.get("events"), path + ".events"))]
                 span_events = [
-                    (max(0, _int(_get(e, "timeUnixNano", "time_unix_nano"), f"{path}.events[{i}].timeUnixNano")),
-                     _str(e.get("name"), f"{path}.events[{i}].name"),
+                    (max(0, as_int(member(e, "timeUnixNano", "time_unix_nano"), f"{path}.events[{i}].timeUnixNano")),
+                     as_str(e.get("name"), f"{path}.events[{i}].name"),
                      attrs_json(e.get("attributes"), f"{path}.events[{i}].attributes"))
                     for i, e in enumerate(events)
                 ]
-                links = [_obj(link, f"{path}.links[{i}]") for i, link in enumerate(_arr(span.get("links"), path + ".links"))]
+                links = [as_object(link, f"{path}.links[{i}]") for i, link in enumerate(as_array(span.get("links"), path + ".links"))]
                 span_links = []
                 for i, link in enumerate(links):
-                    tid = _hex_bytes(_get(link, "traceId", "trace_id"), f"{path}.links[{i}].traceId")
-                    sid = _hex_bytes(_get(link, "spanId", "span_id"), f"{path}.links[{i}].spanId")
+                    tid = hex_bytes(member(link, "traceId", "trace_id"), f"{path}.links[{i}].traceId")
+                    sid = hex_bytes(member(link, "spanId", "span_id"), f"{path}.links[{i}].spanId")
                     span_links.append((
                         _hex_id(tid or b"", _ZERO_TRACE_ID), _hex_id(sid or b"", _ZERO_SPAN_ID),
-                        _str(_get(link, "traceState", "trace_state"), f"{path}.links[{i}].traceState"),
+                        as_str(member(link, "traceState", "trace_state"), f"{path}.links[{i}].traceState"),
                         attrs_json(link.get("attributes"), f"{path}.links[{i}].attributes")))
                 batch.append(start_ns=start, end_ns=end, trace_id=trace_id.hex(), span_id=span_id.hex(),
                              parent_span_id=_hex_id(parent, _ZERO_SPAN_ID), resource=resource_index,

@@ -55,6 +55,7 @@ from starlette.routing import Route
 
 from detector.ingest.commit import Committer
 from detector.ingest.counters import IngestMetrics
+from detector.ingest.decoding import OTLPDecodeError, gc_paused
 from detector.ingest.group_commit import MAX_GROUP_BYTES
 from detector.ingest.logs import (
     METRICS_REFUSED,
@@ -64,7 +65,7 @@ from detector.ingest.logs import (
     decode_logs_protobuf,
 )
 from detector.ingest.logs_commit import LogsCommitter
-from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf, gc_paused
+from detector.ingest.otlp import decode_json, decode_protobuf
 from detector.ingest.requests import DecodedRequest, request_digest
 from detector.ingest.store_errors import safe_error
 from detector.settings.config import IngestSettings

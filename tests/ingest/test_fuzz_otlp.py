@@ -27,7 +27,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from support.otlp_senders import PROTOBUF, partial_success, post_body
 from support.servers import serve_app
 
-from detector.ingest.otlp import OTLPDecodeError, decode_json, decode_protobuf
+from detector.ingest.decoding import OTLPDecodeError
+from detector.ingest.otlp import decode_json, decode_protobuf
 from detector.ingest.receiver import create_otlp_app
 from detector.settings.config import IngestSettings
 from detector.storage.normalization import normalize_staged

@@ -37,7 +37,9 @@ from opentelemetry.trace import Status as OtelStatus
 from support.servers import serve_app
 
 from detector.ingest.counters import IngestMetrics
-from detector.ingest.otlp import OTLPDecodeError, decode_protobuf, go_float
+from detector.ingest.decoding import OTLPDecodeError
+from detector.ingest.otlp import decode_protobuf
+from detector.ingest.otlp_values import go_float
 from detector.ingest.receiver import create_otlp_app
 from detector.settings.config import IngestSettings
 from detector.storage.normalization import normalize_staged

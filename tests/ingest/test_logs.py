@@ -18,8 +18,8 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
+from detector.ingest.decoding import OTLPDecodeError
 from detector.ingest.logs import decode_logs_json, decode_logs_protobuf
-from detector.ingest.otlp import OTLPDecodeError
 from detector.service.process import running_service
 from detector.settings.config import AppConfig
 
