@@ -3,7 +3,7 @@
 Every scenario is one agent run (or, for the cross-session family, a few short conversations of one
 caller) described call by call: the model call with its usage, its output text and the tools it asked
 for, the ``execute_tool`` runs with their results or errors, timings, and optional message content.
-:mod:`detector.evaluation.evaluate` turns each call into real GenAI spans (OpenTelemetry SDK, OTLP/HTTP) and
+:mod:`detector.evaluation.emit` turns each call into real GenAI spans (OpenTelemetry SDK, OTLP/HTTP) and
 replays the corpus through the running service.
 
 Labels:

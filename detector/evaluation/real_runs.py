@@ -202,7 +202,8 @@ def run_real_eval(runs: Sequence[RealRun], labels: dict[str, RunLabel], *, prese
     """Replay every run with content captured and not, once per preset, through the real pipeline (one service per
     preset; the decision read after every step), and the peers' rules on the rows the default replay stored.
     Returns the figures of every system per content mode (clear labels, and all labels) and every run's actions."""
-    from detector.evaluation.evaluate import ProgressBar, baseline_actions, replay
+    from detector.evaluation.quality import baseline_actions
+    from detector.evaluation.replay import ProgressBar, replay
     from detector.settings.config import AppConfig, parse_config
 
     runs = [r for r in runs if r.id in labels]

@@ -22,14 +22,8 @@ from detector.evaluation.corpus import (
     read_corpus,
     write_corpus,
 )
-from detector.evaluation.evaluate import (
-    System,
-    baseline_actions,
-    check_targets,
-    evaluate_systems,
-    run_eval,
-    score_run,
-)
+from detector.evaluation.evaluate import run_eval
+from detector.evaluation.quality import System, baseline_actions, check_targets, evaluate_systems, score_run
 
 # ------------------------------------------------------------------------------------------------ corpus
 
