@@ -9,7 +9,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
-from detector.evaluation.corpus import CallSpec, Scenario
+from detector.evaluation.corpus_records import CallSpec, Scenario
 from detector.ingest import semconv as sc
 
 __all__ = ["emit_call", "scenario_duration_ns"]

@@ -47,7 +47,7 @@ def run_eval(scenarios: Sequence[Any], config: AppConfig | None = None, *, confi
              blocking_pass: bool = True, progress: bool = True, stream: TextIO | None = None) -> dict[str, Any]:
     """Replay the corpus (once per configuration: ``config``, by default the defaults, and with ``blocking_pass``
     the protect preset), run the baselines on the stored rows, compute metrics. ``scenarios``: built-in scenarios
-    (:class:`~detector.evaluation.corpus.Scenario`) or recordings (:class:`~detector.evaluation.recorded.Recording`)."""
+    (:class:`~detector.evaluation.corpus_records.Scenario`) or recordings (:class:`~detector.evaluation.recorded.Recording`)."""
     from detector.evaluation.recorded import Recording
 
     recorded = bool(scenarios) and isinstance(scenarios[0], Recording)

@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Tracer
 
 from detector.evaluation.baselines import StoredCall, ToolRun
-from detector.evaluation.corpus import CallSpec, Scenario
+from detector.evaluation.corpus_records import CallSpec, Scenario
 from detector.evaluation.emit import emit_call, scenario_duration_ns
 from detector.evaluation.quality import LOOP_DETECTOR
 from detector.settings.config import AppConfig

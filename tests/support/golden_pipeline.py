@@ -45,7 +45,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
-from detector.evaluation.corpus import Scenario, generate_corpus
+from detector.evaluation.corpus import generate_corpus
+from detector.evaluation.corpus_records import Scenario
 from detector.evaluation.emit import emit_call, scenario_duration_ns
 from detector.evaluation.recorded import Recording, load_recordings
 from detector.evaluation.simulate import start_run
