@@ -148,7 +148,7 @@ def stored_calls(data_dir: Path) -> list[Call]:
 
 def main() -> int:
     from detector.evaluation.corpus import generate_corpus
-    from detector.evaluation.evaluate import replay, score_run
+    from detector.evaluation.quality import score_run
     from detector.evaluation.real_runs import (
         LABELS_FILE,
         load_labels,
@@ -157,6 +157,7 @@ def main() -> int:
         score_real_run,
         to_scenario,
     )
+    from detector.evaluation.replay import replay
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--real-runs", required=True, help="the runs extract.py rebuilt (corpora/real-runs/README.md)")

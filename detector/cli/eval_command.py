@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from detector.evaluation.evaluate import LOOP_DETECTOR, render, run_eval, schema_fingerprint
+from detector.evaluation.evaluate import run_eval, schema_fingerprint
+from detector.evaluation.quality import LOOP_DETECTOR
+from detector.evaluation.report import render
 
 __all__ = ["run_cli"]
 

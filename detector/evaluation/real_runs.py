@@ -6,7 +6,7 @@ repository: one source has no license). Each run is a list of steps in one forma
 one tool, then it ran and its result came back) or a text step (the model replied; the user's answer arrives before
 the next step). The labels (``labels.jsonl``) say whether a run loops, and where its first loop starts and ends.
 
-Here a run becomes a :class:`~detector.evaluation.corpus.Scenario`, so that the same replay as the generated corpus
+Here a run becomes a :class:`~detector.evaluation.corpus_records.Scenario`, so that the same replay as the generated corpus
 emits it as the GenAI spans a real instrumentation writes (a ``chat`` span per step with the conversation so far and
 its output, an ``execute_tool`` span with the arguments and the result; content captured or not; one session and one
 trace per run under an ``invoke_agent`` span) and reads the decision after every step, as the SDK would before the
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from detector.core.escalation import ACTION_RANK
-from detector.evaluation.corpus import RunBuilder, Scenario, ToolSpec
+from detector.evaluation.corpus_records import Scenario, ToolSpec
+from detector.evaluation.corpus_text import RunBuilder
 from detector.settings.vocabulary import ACTION_BLOCK, ACTION_WARN
 
 __all__ = [
@@ -208,7 +209,8 @@ def run_real_eval(runs: Sequence[RealRun], labels: dict[str, RunLabel], *, prese
     preset, through the real pipeline (one service per preset; the decision read after every step), and the peers'
     rules on the rows the default replay stored.
     Returns the figures of every system per content mode (clear labels, and all labels) and every run's actions."""
-    from detector.evaluation.evaluate import ProgressBar, baseline_actions, replay
+    from detector.evaluation.quality import baseline_actions
+    from detector.evaluation.replay import ProgressBar, replay
     from detector.settings.config import AppConfig, parse_config
 
     runs = [r for r in runs if r.id in labels]

@@ -4,7 +4,7 @@ Each recording is one session as a framework's own OpenTelemetry instrumentation
 ``ExportTraceServiceRequest``), labeled in ``recordings/manifest.json`` (``recordings/README.md``). The corpus
 (17 MB) lives in the repository, not in the installed package: a server never reads it, so the runtime wheel does
 not carry it; :func:`recordings_dir` finds it. The replay
-(:func:`detector.evaluation.evaluate.replay_recorded`) shifts every timestamp so that the session ends about now,
+(:func:`detector.evaluation.replay.replay_recorded`) shifts every timestamp so that the session ends about now,
 keeping every gap, and posts the spans to the running service's OTLP/HTTP receiver call by call: before the
 decision read after the k-th LLM call, every span that had ended by the end of that call (its tool spans of the
 previous turn, the call itself), in the order they ended, as the BatchSpanProcessor of a real app exports them.

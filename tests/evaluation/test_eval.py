@@ -16,20 +16,14 @@ from detector.evaluation.corpus import (
     FAMILIES,
     LEGIT_FAMILIES,
     LOOP_FAMILIES,
-    MAX_CALLS_PER_TRACE,
     generate_corpus,
     generate_scenario,
     read_corpus,
     write_corpus,
 )
-from detector.evaluation.evaluate import (
-    System,
-    baseline_actions,
-    check_targets,
-    evaluate_systems,
-    run_eval,
-    score_run,
-)
+from detector.evaluation.corpus_records import MAX_CALLS_PER_TRACE
+from detector.evaluation.evaluate import run_eval
+from detector.evaluation.quality import System, baseline_actions, check_targets, evaluate_systems, score_run
 
 # ------------------------------------------------------------------------------------------------ corpus
 

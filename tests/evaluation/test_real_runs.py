@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from detector.evaluation.evaluate import emit_call
+from detector.evaluation.emit import emit_call
 from detector.evaluation.real_runs import CONTENT_MODES, RealRun, RunLabel, RunStep, to_scenario
 
 CANARY = "CANARY-realruns"

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from detector.cli.main import main
-from detector.evaluation.evaluate import LOOP_DETECTOR, LOOP_DETECTOR_PROTECT, run_eval
+from detector.evaluation.evaluate import run_eval
+from detector.evaluation.quality import LOOP_DETECTOR, LOOP_DETECTOR_PROTECT
 from detector.evaluation.recorded import RECORDINGS_ENV, load_recordings, recordings_dir
 
 # one of each kind, as few calls as will do: loops with exact evidence (content on; an error with fresh ids,

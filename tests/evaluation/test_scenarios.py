@@ -18,7 +18,7 @@ from detector.evaluation.corpus import (
     STRUCTURE_ONLY_WITHOUT_CONTENT,
     generate_scenario,
 )
-from detector.evaluation.evaluate import replay
+from detector.evaluation.replay import replay
 from detector.settings.config import AppConfig, parse_config
 
 # variant 0 captures content, variant 2 does not (the default of every instrumentation); a loop whose runs without

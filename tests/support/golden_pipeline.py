@@ -12,8 +12,9 @@ configuration:
 - ``decisions``: per run, the decision an agent reads after each of its calls (action, level, confidence, dominant
   signal, detector, rule, evidence).
 
-It uses only what every release since c7acdac has (the decoders, ``Store.insert_arrow``, ``DetectorJob``), so the
-same file produces the golden on an older checkout: ``tests/data/golden_pipeline.json.gz`` was written this way from
+It uses only what every release since c7acdac has (the decoders, ``Store.insert_arrow``, ``DetectorJob``, the span
+emitter: ``detector.evaluation.emit`` since it was split out of ``evaluate``, before that ``evaluate.emit_call``), so
+this file, with that one import adjusted, produces the golden on an older checkout: ``tests/data/golden_pipeline.json.gz`` was written this way from
 6a852c8, the last commit that normalized on insert (the command is in that file, ``produced_by``), and
 ``tests/evaluation/test_golden_pipeline.py`` compares the current pipeline with it.
 
@@ -44,8 +45,9 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
-from detector.evaluation.corpus import Scenario, generate_corpus
-from detector.evaluation.evaluate import emit_call, scenario_duration_ns
+from detector.evaluation.corpus import generate_corpus
+from detector.evaluation.corpus_records import Scenario
+from detector.evaluation.emit import emit_call, scenario_duration_ns
 from detector.evaluation.recorded import Recording, load_recordings
 from detector.evaluation.simulate import start_run
 from detector.ingest.otlp import decode_json, decode_protobuf
@@ -119,7 +121,7 @@ class _Pipeline:
 
 
 def replay_generated(scenarios: Sequence[Scenario], config: AppConfig, directory: str) -> dict[str, Any]:
-    """The generated corpus, as ``evaluate.replay`` emits it (the same span-building code), round by round."""
+    """The generated corpus, as ``replay.replay`` emits it (the same span-building code), round by round."""
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "loop-detector-eval"}), id_generator=SeededIds(SEED))
     provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -170,7 +172,7 @@ def replay_generated(scenarios: Sequence[Scenario], config: AppConfig, directory
 
 
 def replay_recorded(recordings: Sequence[Recording], config: AppConfig, directory: str) -> dict[str, Any]:
-    """The recorded corpus, as ``evaluate.replay_recorded`` sends it (what had ended by the end of each LLM call),
+    """The recorded corpus, as ``replay.replay_recorded`` sends it (what had ended by the end of each LLM call),
     every session moved to end at the fixed origin."""
     pipeline = _Pipeline(directory, config)
     shift = {r.id: BASE_NS - max(sp.end for sp in r.spans) for r in recordings}
