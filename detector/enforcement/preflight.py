@@ -32,7 +32,7 @@ from loop_detector_sdk.fingerprint import canonical_json
 
 from detector.core.decisions import Decision
 from detector.core.rules import find_repeat
-from detector.settings.config import Rule
+from detector.settings.loop_settings import Rule
 from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams
 from detector.settings.vocabulary import (
     ACTION_BLOCK,
