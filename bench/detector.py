@@ -56,7 +56,8 @@ from detector import native  # noqa: E402
 from detector.core.decisions import DecisionBook  # noqa: E402
 from detector.detection.job import DetectorJob  # noqa: E402
 from detector.ingest.otlp import decode_protobuf  # noqa: E402
-from detector.settings.config import AppConfig, IngestSettings  # noqa: E402
+from detector.settings.config import AppConfig  # noqa: E402
+from detector.settings.service_settings import IngestSettings  # noqa: E402
 from detector.storage.schema import apply_schema  # noqa: E402
 from detector.storage.transport import ChdbStore  # noqa: E402
 

@@ -51,7 +51,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
 
 from detector.ingest.otlp import TRACES_TABLE, decode_protobuf  # noqa: E402
-from detector.settings.config import IngestSettings  # noqa: E402
+from detector.settings.service_settings import IngestSettings  # noqa: E402
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -217,7 +217,7 @@ def probe_poison(rounds: int = 20) -> list[str]:
 
     from detector.ingest.counters import IngestMetrics
     from detector.ingest.receiver import create_otlp_app
-    from detector.settings.config import IngestSettings
+    from detector.settings.service_settings import IngestSettings
     from detector.storage.schema import apply_schema
 
     def run(url: str, poison_of) -> tuple[list[float], int, int, int]:

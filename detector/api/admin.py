@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from detector.api.ports import ServicePort, WebhookOutboxView
 from detector.api.session_views import list_sessions, session_detail, stats
-from detector.settings.config import Budget, ConfigError, Rule, load_config
+from detector.settings.config import ConfigError, load_config
+from detector.settings.loop_settings import Budget, Rule
 from detector.settings.vocabulary import (
     MANUAL_BLOCK,
     MANUAL_REVOKE,

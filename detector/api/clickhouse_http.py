@@ -47,7 +47,7 @@ from starlette.routing import Route
 
 from detector.api.clickhouse_sql import ClickHouseError, check_ast, prepare
 from detector.api.native_format import NativeTypeError, for_revision
-from detector.settings.config import ClickHouseHttpSettings
+from detector.settings.service_settings import ClickHouseHttpSettings
 from detector.storage.transport import RawResult, Store, StoreError
 
 __all__ = ["DISPLAY_NAME", "RESERVED_PARAMS", "USER", "create_clickhouse_http_app", "error_status"]

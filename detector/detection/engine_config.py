@@ -10,7 +10,8 @@ from collections.abc import Iterable
 
 from detector.core.progress import EXACT, FUZZY
 from detector.core.tuning import BudgetSpec, EngineTuning, PlannedRule, ScoringTuning, VelocityTuning
-from detector.settings.config import AppConfig, Budget, LoopDetectionConfig, Rule
+from detector.settings.config import AppConfig
+from detector.settings.loop_settings import Budget, LoopDetectionConfig, Rule
 from detector.settings.rule_params import PARAM_MODELS, VelocityParams
 from detector.settings.vocabulary import (
     DETECTOR_EXACT_PROMPT_REPEAT,

@@ -26,7 +26,7 @@ from detector.core.budgets import BudgetTracker
 from detector.core.decisions import REASON_BUDGET, REASON_LOOP, Decision, DecisionBook, strongest
 from detector.enforcement.manual import ManualAction, ManualActions
 from detector.enforcement.preflight import PendingWindows
-from detector.settings.config import Rule
+from detector.settings.loop_settings import Rule
 from detector.settings.vocabulary import (
     ACTION_BLOCK,
     ACTION_WARN,

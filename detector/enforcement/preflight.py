@@ -42,7 +42,7 @@ from detector.core.decisions import Decision
 from detector.core.progress import EVIDENCE_NAMES, EXACT, FUZZY, NONE, ProgressMemory
 from detector.core.rules import find_repeat
 from detector.core.steps import STEP_TOOL, ProgressStep
-from detector.settings.config import Rule
+from detector.settings.loop_settings import Rule
 from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams, NoProgressParams
 from detector.settings.vocabulary import (
     ACTION_BLOCK,

@@ -53,7 +53,7 @@ from detector.ingest.otlp import decode_protobuf
 from detector.ingest.receiver import DECODE_THREADS, RETRY_AFTER_SECONDS, authorized
 from detector.ingest.requests import DecodedRequest, request_digest
 from detector.ingest.store_errors import safe_error
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 from detector.settings.vocabulary import COMMIT_RETRYABLE
 
 __all__ = ["GrpcBindError", "LOGS_METHOD", "MAX_INFLIGHT_BYTES", "METRICS_METHOD", "OTLPGrpcReceiver",

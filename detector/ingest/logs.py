@@ -48,7 +48,7 @@ from detector.ingest.otlp_json import (
 )
 from detector.ingest.otlp_values import attrs_pb, value_str_pb
 from detector.ingest.spans import MAX_DATETIME64_NS
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 
 __all__ = [
     "LOGS_COLUMNS", "LOGS_SCHEMA", "LOGS_TABLE", "LogBatch", "LogDecodeResult", "METRICS_REFUSED",

@@ -56,7 +56,7 @@ from detector.ingest.otlp_json import (
 )
 from detector.ingest.otlp_values import attrs_pb, value_str_cached
 from detector.ingest.spans import MAX_DATETIME64_NS, NS_PER_SECOND, SpanBatch
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 
 __all__ = [
     "DecodeResult", "MAX_REJECT_EXAMPLES", "Rejections", "SPAN_KINDS", "STATUS_CODES", "SpanWindow", "TRACES_TABLE",

@@ -15,7 +15,7 @@ import orjson
 
 from detector.ingest.decoding import OTLPDecodeError, gc_paused
 from detector.ingest.otlp_values import UnsupportedValue, float_fragment, go_float, go_json
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 
 R = TypeVar("R")  # what a JSON body is built into (decode_json_document)
 

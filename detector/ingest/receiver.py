@@ -68,7 +68,7 @@ from detector.ingest.logs_commit import LogsCommitter
 from detector.ingest.otlp import decode_json, decode_protobuf
 from detector.ingest.requests import DecodedRequest, request_digest
 from detector.ingest.store_errors import safe_error
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 

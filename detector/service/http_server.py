@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from detector.settings.config import HttpSettings
+from detector.settings.service_settings import HttpSettings
 
 __all__ = ["Server", "TimedHttpToolsProtocol", "make_server"]
 

@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from detector.core.escalation import LEVEL_RANK
-from detector.settings.config import Webhook, WebhookDelivery
+from detector.settings.service_settings import Webhook, WebhookDelivery
 from detector.settings.vocabulary import EVENT_BUDGET, EVENT_ESCALATION, EVENT_RULE, LEVEL_NONE
 from detector.storage.transport import Store
 from detector.storage.webhook_outbox import DEAD, DELIVERED, PENDING, Delivery, OutboxStore

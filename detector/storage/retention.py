@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from detector.settings.config import RetentionSettings
+from detector.settings.service_settings import RetentionSettings
 from detector.storage.transport import Store
 
 __all__ = ["RETAINED_TABLES", "RetainedTable", "RetentionChange", "RetentionGroup", "UNRETAINED_TABLES", "apply_retention",

@@ -503,7 +503,7 @@ def test_openapi_fuzz_finds_no_server_errors(tmp_path):
 def test_preflight_window_agrees_with_find_repeat(seq, window, max_cycle, rep1):
     from detector.core.rules import find_repeat
     from detector.enforcement.preflight import PendingWindows, fingerprint_int
-    from detector.settings.config import Rule
+    from detector.settings.loop_settings import Rule
     from detector.settings.rule_params import ExactRepeatParams
 
     params = {"window": window, "max_cycle_length": max_cycle, "repeats": {1: rep1}}
@@ -520,7 +520,7 @@ def test_preflight_window_agrees_with_find_repeat(seq, window, max_cycle, rep1):
 
 def test_preflight_windows_are_bounded_and_evicted_with_their_session():
     from detector.enforcement.preflight import PendingWindows
-    from detector.settings.config import Rule
+    from detector.settings.loop_settings import Rule
 
     rule = Rule(name="r", detector="exact_prompt_repeat", action="block")
     windows = PendingWindows(max_windows=3)

@@ -20,7 +20,8 @@ from detector.core.models import Call
 from detector.core.tuning import BudgetSpec
 from detector.detection.engine_config import budget_specs, engine_tuning
 from detector.service.process import running_service
-from detector.settings.config import Budget, parse_config
+from detector.settings.config import parse_config
+from detector.settings.loop_settings import Budget
 from detector.storage.budget_totals import load_totals
 from detector.storage.transport import ChdbStore
 

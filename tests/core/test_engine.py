@@ -15,7 +15,8 @@ from detector.core.models import Call
 from detector.core.publishing import round_unit
 from detector.core.scope_state import ScopeState
 from detector.detection.engine_config import engine_tuning
-from detector.settings.config import AppConfig, Rule, parse_config
+from detector.settings.config import AppConfig, parse_config
+from detector.settings.loop_settings import Rule
 
 
 def final_levels(engine: Engine) -> dict[tuple[str, str], str]:

@@ -13,7 +13,8 @@ from detector.core.escalation import (
     break_instruction,
 )
 from detector.detection.engine_config import scoring_tuning
-from detector.settings.config import AppConfig, LoopDetectionConfig, merge_loop_detection
+from detector.settings.config import AppConfig, merge_loop_detection
+from detector.settings.loop_settings import LoopDetectionConfig
 
 CFG = AppConfig().loop_detection
 

@@ -16,7 +16,7 @@ from detector.core.scope_state import ScopeState
 from detector.core.score_rows import ScoreColumns, ScoreRow
 from detector.core.signal_values import NO_SIGNALS, SignalValues
 from detector.core.turn_view import TurnView
-from detector.settings.config import Weights
+from detector.settings.loop_settings import Weights
 from detector.settings.vocabulary import SIGNAL_NAMES
 from detector.storage.call_rows import CALL_COLUMNS
 

@@ -11,7 +11,7 @@ from support.scores import dominant_signal, weight_items, weighted_confidence
 
 from detector.core.scoring import ema
 from detector.core.signal_values import SignalValues as Signals
-from detector.settings.config import Weights
+from detector.settings.loop_settings import Weights
 from detector.settings.vocabulary import SIGNAL_NAMES
 
 W = Weights()

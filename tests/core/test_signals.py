@@ -50,7 +50,7 @@ from support.turns import (
 from detector.core.models import Call, Turn
 from detector.core.scoring import ema
 from detector.core.similarity import cycle_score, simhash_similarity, token_closeness, velocity_score
-from detector.settings.config import LoopDetectionConfig
+from detector.settings.loop_settings import LoopDetectionConfig
 from detector.settings.vocabulary import SIGNAL_NAMES
 
 # ----------------------------------------------------------------------------------- building blocks

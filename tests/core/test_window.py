@@ -29,7 +29,7 @@ from support.turns import (
 from detector.core.models import Call, Turn
 from detector.core.turn_view import turn_view
 from detector.core.window import SignalWindow
-from detector.settings.config import LoopDetectionConfig
+from detector.settings.loop_settings import LoopDetectionConfig
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

@@ -30,7 +30,7 @@ from support.servers import serve_app
 from detector.ingest.decoding import OTLPDecodeError
 from detector.ingest.otlp import decode_json, decode_protobuf
 from detector.ingest.receiver import create_otlp_app
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 from detector.storage.normalization import normalize_staged
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore

@@ -34,7 +34,7 @@ from detector.ingest.commit import COMMIT_LINGER_SECONDS, Committer
 from detector.ingest.counters import IngestMetrics
 from detector.ingest.journal import JOURNAL_SUFFIX, write_journal
 from detector.ingest.receiver import create_otlp_app, decode_request
-from detector.settings.config import IngestSettings
+from detector.settings.service_settings import IngestSettings
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore
 

@@ -34,7 +34,8 @@ from detector.service.webhooks import (
     signing_key,
     wants,
 )
-from detector.settings.config import ConfigError, Webhook, WebhookDelivery, parse_config
+from detector.settings.config import ConfigError, parse_config
+from detector.settings.service_settings import Webhook, WebhookDelivery
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, insert_rows
 

@@ -42,7 +42,7 @@ from support.grafana_seed import (
 )
 
 from detector.core.escalation import LEVELS
-from detector.settings.config import Thresholds
+from detector.settings.loop_settings import Thresholds
 from detector.settings.rule_params import VelocityParams
 from detector.settings.vocabulary import SIGNAL_NAMES
 from detector.storage.schema import apply_schema

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from detector.settings.config import ConfigError, RetentionSettings, parse_config
+from detector.settings.config import ConfigError, parse_config
+from detector.settings.service_settings import RetentionSettings
 from detector.storage.cluster import cluster_statements
 from detector.storage.normalization import normalize_staged
 from detector.storage.retention import (

@@ -17,7 +17,8 @@ from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.ingest.otlp import decode_json
 from detector.ingest.receiver import decode_request
-from detector.settings.config import AppConfig, IngestSettings
+from detector.settings.config import AppConfig
+from detector.settings.service_settings import IngestSettings
 from detector.storage.cluster import cluster_statements
 from detector.storage.normalization import normalize_staged
 from detector.storage.schema import VIEW_KEY_PREFIX, apply_schema, ddl_statements, view_statements

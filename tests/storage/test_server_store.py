@@ -13,7 +13,8 @@ from support.agents import run_agents
 
 from detector.cli.demo import looping_step
 from detector.service.process import running_service
-from detector.settings.config import RetentionSettings, parse_config
+from detector.settings.config import parse_config
+from detector.settings.service_settings import RetentionSettings
 from detector.storage.retention import apply_retention, current_ttl
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ServerStore, StoreError, insert_rows

@@ -10,7 +10,8 @@ from detector.core.decisions import Decision
 from detector.core.events import event_row
 from detector.core.score_rows import ScoreColumns, ScoreRow, score_dict
 from detector.core.signal_values import SignalValues
-from detector.settings.config import AppConfig, Rule
+from detector.settings.config import AppConfig
+from detector.settings.loop_settings import Rule
 from detector.storage.schema import apply_schema
 from detector.storage.tables import decision_table, event_table, score_table, state_table
 from detector.storage.transport import ChdbStore, insert_rows

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from detector.api.clickhouse_http import create_clickhouse_http_app
-from detector.settings.config import ClickHouseHttpSettings
+from detector.settings.service_settings import ClickHouseHttpSettings
 from detector.storage.transport import ChdbStore
 from support.servers import serve_app
 

@@ -50,7 +50,7 @@ from detector.core.similarity import (
 )
 from detector.core.turn_view import TurnView, empty_output, turn_view
 from detector.core.window import SignalWindow
-from detector.settings.config import LoopDetectionConfig
+from detector.settings.loop_settings import LoopDetectionConfig
 from detector.settings.vocabulary import SIGNAL_NAMES
 
 

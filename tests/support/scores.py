@@ -7,7 +7,7 @@ from typing import Any
 
 from detector.core.scoring import confidence_and_dominant
 from detector.core.signal_values import SignalValues
-from detector.settings.config import Weights
+from detector.settings.loop_settings import Weights
 
 
 def _values(signals: Any) -> SignalValues:

@@ -7,7 +7,7 @@ import hashlib
 import math
 
 from detector.core.models import Call, Turn
-from detector.settings.config import LoopDetectionConfig, Weights
+from detector.settings.loop_settings import LoopDetectionConfig, Weights
 from support.reference_signals import Signals, window_signals
 from support.scores import weighted_confidence
 
