@@ -60,6 +60,14 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls (
     observation_failed UInt8,
     observation_shape_fp UInt64,
     observation_pending UInt8,
+    -- where a call's evidence came from (docs/api.md, "Decisions"), computed as it is read, never stored: 'content'
+    -- (the span's content: messages, a tool's arguments or result), 'fingerprints' (a model call without content whose
+    -- observation or reply came from the app's loop_detector.fp.* attributes: genai_calls_normalized.sql.tmpl, step
+    -- 4), 'sizes' (neither: token counts, tool names, timings)
+    evidence_source LowCardinality(String) ALIAS multiIf(
+        has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
+        call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
+        'sizes'),
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
@@ -83,7 +91,11 @@ ALTER TABLE otel.genai_calls
     ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
     ADD COLUMN IF NOT EXISTS observation_failed UInt8,
     ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
-    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8,
+    ADD COLUMN IF NOT EXISTS evidence_source LowCardinality(String) ALIAS multiIf(
+        has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
+        call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
+        'sizes');
 
 -- otel.genai_spans: the staging table. On every insert into otel.otel_traces (by loop-detector's receivers or by a
 -- collector) the view below copies into it the spans the detector may read: their attributes and events as they are,

@@ -114,6 +114,10 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls_local ON CLUSTER 'loop_cluster' (
     observation_failed UInt8,
     observation_shape_fp UInt64,
     observation_pending UInt8,
+    evidence_source LowCardinality(String) ALIAS multiIf(
+        has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
+        call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
+        'sizes'),
     INDEX idx_inserted_at inserted_at TYPE minmax GRANULARITY 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
     INDEX idx_virtual_key virtual_key TYPE bloom_filter(0.01) GRANULARITY 1
@@ -135,7 +139,11 @@ ALTER TABLE otel.genai_calls_local ON CLUSTER 'loop_cluster'     ADD COLUMN IF N
     ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
     ADD COLUMN IF NOT EXISTS observation_failed UInt8,
     ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
-    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8,
+    ADD COLUMN IF NOT EXISTS evidence_source LowCardinality(String) ALIAS multiIf(
+        has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
+        call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
+        'sizes');
 
 ALTER TABLE otel.genai_calls ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXISTS observation_fp UInt64,
     ADD COLUMN IF NOT EXISTS observation_simhash UInt64,
@@ -148,7 +156,11 @@ ALTER TABLE otel.genai_calls ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXI
     ADD COLUMN IF NOT EXISTS out_tool_arg_simhashes Array(UInt64),
     ADD COLUMN IF NOT EXISTS observation_failed UInt8,
     ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
-    ADD COLUMN IF NOT EXISTS observation_pending UInt8;
+    ADD COLUMN IF NOT EXISTS observation_pending UInt8,
+    ADD COLUMN IF NOT EXISTS evidence_source LowCardinality(String) ALIAS multiIf(
+        has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
+        call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
+        'sizes');
 
 CREATE TABLE IF NOT EXISTS otel.genai_spans_local ON CLUSTER 'loop_cluster' (
     inserted_at DateTime64(6) DEFAULT now64(6),

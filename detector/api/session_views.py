@@ -66,6 +66,14 @@ ORDER BY ts DESC
 LIMIT {limit:UInt32}
 """
 
+# Where the session's evidence came from, per model or tool call (otel.genai_calls.evidence_source): its content, the app's
+# fingerprints, or sizes alone (an exact or fuzzy decision rests on the first two alike).
+SESSION_EVIDENCE_SOURCES = """
+SELECT evidence_source, count() AS n FROM otel.genai_calls
+WHERE session_id = {session_id:String} AND call_kind IN ('llm', 'tool')
+GROUP BY evidence_source ORDER BY evidence_source
+"""
+
 STATS = """
 SELECT level, dominant_signal, count() AS n, avg(confidence) AS avg_confidence
 FROM otel.loop_state FINAL
@@ -102,6 +110,8 @@ def session_detail(store: Store, session_id: str, history_limit: int = 50) -> di
     detail["signal_history"] = list(reversed(store.rows(SESSION_SCORES, {"session_id": session_id,
                                                                          "limit": history_limit})))
     detail["current_signals"] = {name: state.get("signals", {}).get(name, 0.0) for name in SIGNAL_NAMES}
+    detail["evidence_sources"] = {r["evidence_source"]: r["n"] for r in store.rows(SESSION_EVIDENCE_SOURCES,
+                                                                                  {"session_id": session_id})}
     detail["recent_request_hashes"] = [format(t["c"].get("request_fp", 0), "016x") for t in history]
     detail["recent_tool_fingerprints"] = [
         [format(fp, "016x") for fp in (t["c"].get("out_tool_fps") or [x.get("tool_fp", 0) for x in t["t"]])]

@@ -94,7 +94,14 @@ def run_cli(args: Any) -> int:
 
 def _real_runs_cli(args: Any) -> int:
     """``loop-detector eval --real-runs FILE``: the yardstick (:mod:`detector.evaluation.real_runs`)."""
-    from detector.evaluation.real_runs import LABELS_FILE, load_labels, load_real_runs, render_real_eval, run_real_eval
+    from detector.evaluation.real_runs import (
+        CONTENT_MODES,
+        LABELS_FILE,
+        load_labels,
+        load_real_runs,
+        render_real_eval,
+        run_real_eval,
+    )
 
     try:
         runs = load_real_runs(args.real_runs)
@@ -105,8 +112,14 @@ def _real_runs_cli(args: Any) -> int:
     if not any(r.id in labels for r in runs):
         print("none of the runs has a label: rebuild them with extract.py (corpora/real-runs/README.md)", file=sys.stderr)
         return 2
+    modes = [m.strip() for m in (getattr(args, "content", None) or ",".join(CONTENT_MODES)).split(",") if m.strip()]
+    unknown = [m for m in modes if m not in CONTENT_MODES]
+    if unknown or not modes:
+        print(f"unknown content mode {', '.join(unknown) or '(none)'}: choose from {', '.join(CONTENT_MODES)}",
+              file=sys.stderr)
+        return 2
     report = run_real_eval(runs, labels, presets=("default",) if args.no_blocking_pass else ("default", "protect"),
-                           tool_errors=args.tool_errors, progress=not args.quiet)
+                           tool_errors=args.tool_errors, progress=not args.quiet, modes=modes)
     print(render_real_eval(report, markdown=args.markdown))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

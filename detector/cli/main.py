@@ -266,8 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--recordings", metavar="DIR", help="evaluate the recorded corpus in DIR (implies --recorded)")
     ev.add_argument("--real-runs", metavar="FILE", help=(
         "real agents' runs labeled by review (the yardstick: corpora/real-runs/README.md says how to rebuild them "
-        "with extract.py): replayed with content captured and not, with both presets, beside the peers' rules"))
+        "with extract.py): replayed in each content mode (--content), with both presets, beside the peers' rules"))
     ev.add_argument("--labels", metavar="FILE", help="the labels of --real-runs (default: corpora/real-runs/labels.jsonl)")
+    ev.add_argument("--content", metavar="MODES", default="on,off,fingerprints", help=(
+        "with --real-runs: the content modes to replay, comma-separated: on (content captured), off (not), "
+        "fingerprints (not, with the app's fingerprints on the chat spans, as the completion hook sets them); "
+        "default: all three"))
     ev.add_argument("--tool-errors", action="store_true",
                     help="with --real-runs: send error-looking results as failed execute_tool spans (default: as text)")
     ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")

@@ -52,8 +52,10 @@ def _manual_decision(action: ManualAction, base: Decision) -> Decision:
 
 class Enforcer:
     def __init__(self, book: DecisionBook, manual: ManualActions, budgets: Callable[[], BudgetTracker],
-                 preflight: PendingWindows, rules: Callable[[], list[Rule]]) -> None:
+                 preflight: PendingWindows, rules: Callable[[], list[Rule]],
+                 early_warning: Callable[[], bool] = lambda: True) -> None:
         self.book = book
+        self._early_warning = early_warning
         self.manual = manual
         self._budgets = budgets
         self.preflight = preflight
@@ -100,7 +102,8 @@ class Enforcer:
             candidates.extend(self.preflight.evaluate(
                 session_id=session_id, trace_id=trace_id, rules=self._rules(), now_us=now_us, base=base,
                 request_fingerprint=pending.get("request_fingerprint"), tool_name=pending.get("tool_name"),
-                tool_arguments=pending.get("tool_arguments"), tool_evidence=_tool_evidence(pending)))
+                tool_arguments=pending.get("tool_arguments"), tool_evidence=_tool_evidence(pending),
+                evidence=pending.get("evidence"), early_warning=self._early_warning()))
         best = strongest(candidates)
         assert best is not None
         return best

@@ -9,7 +9,15 @@ the pending fingerprints it has been asked about, in memory, and runs the same d
 * exact prompt repeat: :func:`detector.core.rules.find_repeat` with each enabled ``exact_prompt_repeat``
   rule's parameters over the window plus the pending fingerprint;
 * failure loop: the same tool call (name + canonical arguments) back to back, against each enabled
-  ``failure_loop`` rule's ``same_tool_repeats``.
+  ``failure_loop`` rule's ``same_tool_repeats``;
+* progress (``pending.evidence``, the app's fingerprints): the core's progress model
+  (:class:`detector.core.progress.ProgressMemory`) over the steps the checks tell. A check before a tool runs names
+  what it will do (``evidence.tool_args``, ``tool_args_simhash``); the next check before a model call tells what came
+  back (its new input: ``evidence.input``, ``input_simhash``, ``input_chars``, ``input_failed``, ``input_shape``,
+  ``input_pending``): together, one completed step, observed in the window's own memory of
+  :data:`~detector.core.progress.MEMORY` steps. A run of wasted steps raises the early warning (``warn``,
+  ``no_progress``) and trips each enforce-mode ``no_progress`` rule as the spans would, before the model call goes
+  out. (A check before a model call that no tool check preceded completes no step: what was done is unknown.)
 
 A pending call that would complete a loop of a blocking rule in enforce mode is refused before it is sent;
 a notify rule gives ``warn``; a dry-run rule changes nothing. The window records every pending call asked
@@ -31,14 +39,17 @@ import orjson
 from loop_detector_sdk.fingerprint import canonical_json
 
 from detector.core.decisions import Decision
+from detector.core.progress import EVIDENCE_NAMES, EXACT, FUZZY, NONE, ProgressMemory
 from detector.core.rules import find_repeat
+from detector.core.steps import STEP_TOOL, ProgressStep
 from detector.settings.loop_settings import Rule
-from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams
+from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams, NoProgressParams
 from detector.settings.vocabulary import (
     ACTION_BLOCK,
     ACTION_WARN,
     DETECTOR_EXACT_PROMPT_REPEAT,
     DETECTOR_FAILURE_LOOP,
+    DETECTOR_NO_PROGRESS,
     EVIDENCE_EXACT,
     MODE_ENFORCE,
     RULE_BLOCK,
@@ -47,8 +58,8 @@ from detector.settings.vocabulary import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_WINDOWS", "PENDING_DETECTORS", "PendingWindow", "PendingWindows", "WINDOW", "canonical_arguments",
-    "fingerprint_int", "tool_fingerprint",
+    "DEFAULT_MAX_WINDOWS", "MAX_ACTIONS", "PENDING_DETECTORS", "PendingAction", "PendingWindow", "PendingWindows",
+    "WINDOW", "canonical_arguments", "completed_step", "fingerprint_int", "tool_fingerprint",
 ]
 
 WINDOW = 100  # the largest exact_prompt_repeat window allowed
@@ -132,6 +143,15 @@ def tool_fingerprint(name: str, arguments: Any) -> int:
     return fingerprint_int(name + "\x00" + canonical_arguments(arguments if arguments is not None else {}))
 
 
+@dataclass(frozen=True, slots=True)
+class PendingAction:
+    """A tool about to run, as its check's evidence tells it: what the next model call's new input is the outcome of."""
+
+    name: str
+    act: int  # evidence.tool_args: the name + normalized arguments (args_fp)
+    act_sim: int  # evidence.tool_args_simhash (args_simhash)
+
+
 @dataclass(slots=True)
 class PendingWindow:
     session_id: str
@@ -139,10 +159,37 @@ class PendingWindow:
     tool_fp: int = 0
     tool_streak: int = 0
     last_us: int = 0
+    actions: list[PendingAction] = field(default_factory=list)  # the tools checked since the last model call's check
+    progress: ProgressMemory = field(default_factory=ProgressMemory)
 
 
 # The blocking rules a pending call can trip before it is sent.
-PENDING_DETECTORS: Final = (DETECTOR_EXACT_PROMPT_REPEAT, DETECTOR_FAILURE_LOOP)
+PENDING_DETECTORS: Final = (DETECTOR_EXACT_PROMPT_REPEAT, DETECTOR_FAILURE_LOOP, DETECTOR_NO_PROGRESS)
+# At most so many tools checked between two model calls are remembered (parallel tool calls)
+MAX_ACTIONS: Final = 16
+
+
+def _u64(value: Any) -> int:
+    return int(value) if value else 0
+
+
+def completed_step(actions: list[PendingAction], evidence: dict[str, Any]) -> ProgressStep:
+    """The step the tools checked since the last model call took (``actions``), completed by what came back: the
+    new input the check before the next model call carries (``evidence``). As the spans' step
+    (:func:`detector.core.steps.answered_tool_step`): the tools' names sorted, one tool's action as it is, several as
+    one combined action; a failure (or "nothing") keyed by the input's shape."""
+    ordered = sorted(actions, key=lambda a: a.name)
+    if len(ordered) == 1:
+        act, act_sim = ordered[0].act, ordered[0].act_sim
+    else:
+        act = 0 if any(not a.act for a in ordered) else fingerprint_int(",".join(str(a.act) for a in ordered))
+        act_sim = 0
+    failed = bool(evidence.get("input_failed") or evidence.get("input_empty"))
+    step = ProgressStep(STEP_TOOL, tuple(a.name for a in ordered), act, act_sim, _u64(evidence.get("input")),
+                        _u64(evidence.get("input_simhash")), int(evidence.get("input_chars") or 0),
+                        _u64(evidence.get("input_shape")) if failed else 0)
+    step.pending = bool(evidence.get("input_pending"))
+    return step
 
 class PendingWindows:
     """The per-trace (or per-session) windows of pending fingerprints; thread-safe."""
@@ -156,7 +203,8 @@ class PendingWindows:
     def _parsed(self, rule: Rule) -> Any:
         cached = self._params.get(id(rule))
         if cached is None or cached[0] is not rule:
-            model = ExactRepeatParams if rule.detector == "exact_prompt_repeat" else FailureLoopParams
+            model = {DETECTOR_EXACT_PROMPT_REPEAT: ExactRepeatParams, DETECTOR_FAILURE_LOOP: FailureLoopParams,
+                     DETECTOR_NO_PROGRESS: NoProgressParams}[rule.detector]
             if len(self._params) > 1000:
                 self._params.clear()
             cached = self._params[id(rule)] = (rule, model(**rule.params))
@@ -176,10 +224,13 @@ class PendingWindows:
     def evaluate(self, *, session_id: str, trace_id: str | None, rules: Iterable[Rule], now_us: int,
                  request_fingerprint: str | None = None, tool_name: str | None = None,
                  tool_arguments: Any = None, tool_evidence: int | None = None,
-                 base: Decision | None = None) -> list[Decision]:
+                 base: Decision | None = None, evidence: dict[str, Any] | None = None,
+                 early_warning: bool = True) -> list[Decision]:
         """Record the pending call and return the decisions of the rules it trips (none: it may proceed). The tool
         call is compared by name + canonical arguments: ``tool_arguments`` when the client sent them, else the app's
-        own fingerprint of them (``tool_evidence``, ``evidence.tool`` of the check: the SDKs send no arguments)."""
+        own fingerprint of them (``tool_evidence``, ``evidence.tool`` of the check: the SDKs send no arguments).
+        ``evidence``: the check's ``pending.evidence``, for the progress memory (``early_warning``: whether a run of
+        wasted steps warns, as ``loop_detection.progress.early_warning`` says)."""
         rules = [r for r in rules if r.enabled and r.mode == MODE_ENFORCE and r.detector in PENDING_DETECTORS]
         key = self.key(session_id, trace_id)
         req_fp = fingerprint_int(request_fingerprint) if request_fingerprint else 0
@@ -206,6 +257,9 @@ class PendingWindows:
                     window.tool_fp, window.tool_streak = tool_fp, 1
             fps = list(window.request_fps) if req_fp else []
             streak = window.tool_streak if tool_fp else 0
+            self._observe(window, tool_name, evidence)
+            memory = window.progress
+            flag, wasted = memory.flag, (memory.wasted(EXACT), memory.wasted(FUZZY))
         scope = SCOPE_TRACE if trace_id else SCOPE_SESSION
         scope_id = trace_id or session_id
         for rule in rules:
@@ -219,6 +273,11 @@ class PendingWindows:
                 need = self._parsed(rule).same_tool_repeats
                 if streak >= need:
                     detail = f"pending tool call would be the same call {streak} times back to back"
+            elif rule.detector == DETECTOR_NO_PROGRESS and flag >= FUZZY:
+                params = self._parsed(rule)
+                run = wasted[0] if params.min_evidence == "exact" else wasted[1]
+                if run >= params.wasted_calls:
+                    detail = f"{run} steps in a row without progress, told by the app's fingerprints"
             if not detail:
                 continue
             blocking = rule.action == RULE_BLOCK
@@ -227,9 +286,33 @@ class PendingWindows:
                 level=base.level if base else "none", confidence=base.confidence if base else 0.0,
                 dominant_signal=base.dominant_signal if base else "none", detector=rule.detector,
                 reason=rule.detector if blocking else "", rule_name=rule.name,
-                evidence=EVIDENCE_EXACT,  # the pending call's own fingerprints repeat
+                evidence=EVIDENCE_NAMES[memory.top] if rule.detector == DETECTOR_NO_PROGRESS else EVIDENCE_EXACT,
             ))
+        if early_warning and flag >= FUZZY:  # the window's run of wasted steps makes a loop (until progress)
+            out.append(Decision(
+                scope=scope, scope_id=scope_id, session_id=session_id, action=ACTION_WARN,
+                level=base.level if base else "none", confidence=base.confidence if base else 0.0,
+                dominant_signal=base.dominant_signal if base else "none", detector=DETECTOR_NO_PROGRESS,
+                evidence=EVIDENCE_NAMES[flag]))
         return out
+
+    @staticmethod
+    def _observe(window: PendingWindow, tool_name: str | None, evidence: dict[str, Any] | None) -> int:
+        """The progress memory's part of a check (under the lock): a tool check remembers what the tool will do; a
+        model call's check with a new input completes the step of the tools checked before it and observes it.
+        Returns that step's evidence level (``NONE`` when no step was completed)."""
+        if not evidence:
+            return NONE
+        if tool_name:
+            if evidence.get("tool_args") and len(window.actions) < MAX_ACTIONS:
+                window.actions.append(PendingAction(tool_name, _u64(evidence["tool_args"]),
+                                                    _u64(evidence.get("tool_args_simhash"))))
+            return NONE
+        if "input" not in evidence or not window.actions:
+            return NONE
+        step = completed_step(window.actions, evidence)
+        window.actions = []
+        return window.progress.observe(step)
 
     def forget_sessions(self, session_ids: Iterable[str], trace_ids: Iterable[str] = ()) -> int:
         """Drop the windows of these sessions (and of these traces): eviction and admin reset."""

@@ -61,6 +61,9 @@ class Scenario:
     calls: list[CallSpec]
     virtual_key: str = ""
     agent_name: str = "agent"
+    # content capture off, and the chat spans carry the app's fingerprints of the conversation (what the completion
+    # hook sets: docs/sdk.md, "Fingerprints")
+    app_fingerprints: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

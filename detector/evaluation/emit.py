@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from loop_detector_sdk.evidence.fingerprints import genai_call_evidence
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
@@ -17,12 +18,13 @@ __all__ = ["emit_call", "scenario_duration_ns"]
 
 def emit_call(tracer: Tracer, call: CallSpec, *, session_id: str, start_ns: int, capture_content: bool,
               history: list[dict[str, Any]], parent: otel_context.Context | None = None,
-              virtual_key: str | None = None) -> int:
+              virtual_key: str | None = None, app_fingerprints: bool = False) -> int:
     """Emit one model call and its tool runs as GenAI spans starting at ``start_ns``; returns when the step
     ended. ``history`` is the conversation so far (GenAI message format); it grows like a real agent's:
     the user text, the assistant message, the tool results. ``call.restart`` starts a fresh conversation
     (a stateless request). Content (messages, tool arguments and results) only with ``capture_content``,
-    as every instrumentation makes it opt-in."""
+    as every instrumentation makes it opt-in; without it, ``app_fingerprints`` puts on each chat span the
+    ``loop_detector.fp.*`` attributes the SDK's completion hook would set from the same messages."""
     if call.restart:
         history.clear()
     if call.user_text:
@@ -45,6 +47,9 @@ def emit_call(tracer: Tracer, call: CallSpec, *, session_id: str, start_ns: int,
     finish = "tool_calls" if call.tools else "stop"
     if capture_content:
         attrs[sc.GEN_AI_INPUT_MESSAGES] = json.dumps(history)
+    elif app_fingerprints:  # what the completion hook sets, from the same messages (none out of a failed call)
+        outputs = [] if call.error else [{"role": "assistant", "parts": parts, "finish_reason": finish}]
+        attrs.update(genai_call_evidence(call.model, history, outputs).span_attributes())
     if not call.error:  # a failed request has no response: no usage, no output
         attrs.update({
             sc.GEN_AI_RESPONSE_MODEL: call.model,

@@ -31,7 +31,7 @@ from detector.evaluation.corpus_text import RunBuilder
 from detector.settings.vocabulary import ACTION_BLOCK, ACTION_WARN
 
 __all__ = [
-    "CONTENT_MODES", "LABELS_FILE", "PRESETS", "RealRun", "RealRunScore", "RunLabel", "RunStep", "Timing",
+    "CONTENT_MODES", "ContentMode", "LABELS_FILE", "PRESETS", "RealRun", "RealRunScore", "RunLabel", "RunStep", "Timing",
     "load_labels", "load_real_runs", "real_run_metrics", "render_real_eval", "run_real_eval", "score_real_run",
     "to_scenario",
 ]
@@ -110,12 +110,13 @@ def load_labels(path: str | Path = LABELS_FILE) -> dict[str, RunLabel]:
 
 
 def to_scenario(run: RealRun, label: RunLabel, *, capture_content: bool, timing: Timing = Timing(),
-                tool_errors: bool = False, seed: int = 0) -> Scenario:
+                tool_errors: bool = False, seed: int = 0, app_fingerprints: bool = False) -> Scenario:
     """The run as a replayable scenario: one model call per step, in the run's own words.
 
     ``tool_errors``: error-looking results are sent as failed ``execute_tool`` spans (status ``ERROR``, the result
     as the status message) rather than as plain results. A real instrumentation of these agents would see a command's
-    text output, not a status, so the default is plain results.
+    text output, not a status, so the default is plain results. ``app_fingerprints`` (content off): the chat spans
+    carry the app's fingerprints of the conversation, as the SDK's completion hook sets them.
     """
     b = RunBuilder(random.Random(f"{run.id}:{seed}"), task=f"Task of run {run.id}.")
     user_text: str | None = None
@@ -134,7 +135,7 @@ def to_scenario(run: RealRun, label: RunLabel, *, capture_content: bool, timing:
     onset = label.onset if label.label == "loop" else None
     return Scenario(id=run.id, family=run.source, label="loop" if label.label == "loop" else "legit", onset=onset,
                     capture_content=capture_content, description=label.kind, calls=b.calls,
-                    agent_name=run.source or "agent")
+                    agent_name=run.source or "agent", app_fingerprints=app_fingerprints and not capture_content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,13 +196,18 @@ def real_run_metrics(scores: Iterable[RealRunScore], clear_only: bool = True) ->
 # ============================================================================================ the evaluation
 
 PRESETS: tuple[str, ...] = ("default", "protect")
-CONTENT_MODES: tuple[str, ...] = ("on", "off")
+# on: content captured; off: not; fingerprints: not, with the app's fingerprints on the chat spans (the completion
+# hook's; the tool spans without content, as an instrumentation with content off writes them)
+ContentMode = Literal["on", "off", "fingerprints"]
+CONTENT_MODES: tuple[ContentMode, ...] = ("on", "off", "fingerprints")
 
 
 def run_real_eval(runs: Sequence[RealRun], labels: dict[str, RunLabel], *, presets: Sequence[str] = PRESETS,
-                  timing: Timing = Timing(), tool_errors: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Replay every run with content captured and not, once per preset, through the real pipeline (one service per
-    preset; the decision read after every step), and the peers' rules on the rows the default replay stored.
+                  timing: Timing = Timing(), tool_errors: bool = False, progress: bool = True,
+                  modes: Sequence[ContentMode] = CONTENT_MODES) -> dict[str, Any]:
+    """Replay every run in each content mode (``modes``: captured, not, not with the app's fingerprints), once per
+    preset, through the real pipeline (one service per preset; the decision read after every step), and the peers'
+    rules on the rows the default replay stored.
     Returns the figures of every system per content mode (clear labels, and all labels) and every run's actions."""
     from detector.evaluation.quality import baseline_actions
     from detector.evaluation.replay import ProgressBar, replay
@@ -209,9 +215,10 @@ def run_real_eval(runs: Sequence[RealRun], labels: dict[str, RunLabel], *, prese
 
     runs = [r for r in runs if r.id in labels]
     scenarios = []
-    for mode in CONTENT_MODES:
+    for mode in modes:
         for run in runs:
-            sc = to_scenario(run, labels[run.id], capture_content=mode == "on", timing=timing, tool_errors=tool_errors)
+            sc = to_scenario(run, labels[run.id], capture_content=mode == "on", timing=timing, tool_errors=tool_errors,
+                             app_fingerprints=mode == "fingerprints")
             sc.id = f"{run.id}~{mode}"
             scenarios.append(sc)
     total = sum(len(s.calls) for s in scenarios)
@@ -233,10 +240,10 @@ def run_real_eval(runs: Sequence[RealRun], labels: dict[str, RunLabel], *, prese
     figures: dict[str, dict[str, Any]] = {}
     for system, by_run in actions.items():
         figures[system] = {}
-        for mode in CONTENT_MODES:
+        for mode in modes:
             scores = [score_real_run(by_run[f"{r.id}~{mode}"], labels[r.id]) for r in runs]
             figures[system][mode] = {"clear": real_run_metrics(scores), "all": real_run_metrics(scores, False)}
-    return {"runs": len(runs), "loops": sum(labels[r.id].label == "loop" for r in runs),
+    return {"runs": len(runs), "modes": list(modes), "loops": sum(labels[r.id].label == "loop" for r in runs),
             "clear_loops": sum(labels[r.id].label == "loop" and labels[r.id].clear for r in runs),
             "clear_honest": sum(labels[r.id].label == "honest" and labels[r.id].clear for r in runs),
             "systems": [{"name": n, "label": labels_of[n]} for n in actions], "figures": figures,
@@ -251,7 +258,7 @@ def render_real_eval(report: dict[str, Any], markdown: bool = False) -> str:
               "recall at block", "honest blocked"]
     rows = []
     for system in report["systems"]:
-        for mode in CONTENT_MODES:
+        for mode in report.get("modes", CONTENT_MODES):
             f = report["figures"][system["name"]][mode]
             c, a = f["clear"], f["all"]
             rows.append([system["label"], mode, f"{_rate(c['recall_warn'])} ({_rate(a['recall_warn'])})",

@@ -150,7 +150,8 @@ def replay(scenarios: Sequence[Scenario], config: AppConfig, *, config_name: str
                 start = run.t_ns + int(call.gap_s * 1e9)
                 run.t_ns = emit_call(tracer, call, session_id=run.session_id, start_ns=start,
                                      capture_content=run.scenario.capture_content, history=run.history,
-                                     parent=run.ctx, virtual_key=run.scenario.virtual_key or None)
+                                     parent=run.ctx, virtual_key=run.scenario.virtual_key or None,
+                                     app_fingerprints=run.scenario.app_fingerprints)
                 if i == len(run.scenario.calls) - 1:
                     run.span.end(end_time=run.t_ns)
             provider.force_flush()

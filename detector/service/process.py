@@ -183,7 +183,8 @@ class Service:
         self.job.on_evict.append(lambda gone: self.preflight.forget_sessions(
             {scope_id for scope, scope_id in gone if scope == SCOPE_SESSION}))
         self.enforcer = Enforcer(self.book, self.manual, lambda: self.job.engine.budgets, self.preflight,
-                                 lambda: self.config.rules)
+                                 lambda: self.config.rules, lambda: self.config.loop_detection.progress.enabled
+                                 and self.config.loop_detection.progress.early_warning)
         self.admin_token = resolve_admin_token(config, self.data_dir)
         self.api_token = resolve_api_token(config, self.data_dir)
         # decided when the API binds (auto: beyond loopback); before that, as "always" would say

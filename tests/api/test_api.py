@@ -199,9 +199,12 @@ class TestLiveService:
         tool = {"version": 1, "tool": "42", "tool_args": "7", "tool_args_simhash": "0"}
         assert check(eps.api, session_id=session, pending={"tool_name": "t", "evidence": tool}).status_code == 200
         assert check(eps.api, session_id=session, pending={"evidence": {"version": 1}}).status_code == 200
+        v2 = {**self.EVIDENCE, "version": 2, "input_failed": True, "input_shape": "18446744073709551615",
+              "input_pending": False}
+        assert check(eps.api, session_id=session, pending={"evidence": v2}).status_code == 200
 
     @pytest.mark.parametrize(("evidence", "field", "says"), [
-        ({"version": 2}, "version", "1"),
+        ({"version": 3}, "version", "1 or 2"),
         ({}, "version", "required"),
         ({"version": 1, "request": 5}, "request", "string"),
         ({"version": 1, "request": "-1"}, "request", "pattern"),
@@ -212,8 +215,10 @@ class TestLiveService:
         ({"version": 1, "input_chars": -1}, "input_chars", "greater than or equal"),
         ({"version": 1, "input_empty": "maybe"}, "input_empty", "bool"),
         ({"version": 1, "text": "the prompt"}, "text", "Extra inputs"),
+        ({"version": 2, "input_shape": "-3"}, "input_shape", "pattern"),
+        ({"version": 2, "input_failed": "yes please"}, "input_failed", "bool"),
     ], ids=["version", "no-version", "number", "negative", "hex", "leading-zero", "beyond-64-bits", "too-long",
-            "negative-size", "not-bool", "extra-field"])
+            "negative-size", "not-bool", "extra-field", "shape-negative", "failed-not-bool"])
     def test_invalid_evidence_is_a_precise_422(self, svc, evidence, field, says):
         _, eps = svc
         r = check(eps.api, session_id="s", pending={"request_fingerprint": "x", "evidence": evidence})
@@ -242,7 +247,8 @@ class TestLiveService:
         schemas = httpx.get(f"{eps.api}/openapi.json").json()["components"]["schemas"]
         evidence = schemas["PendingEvidence"]
         assert set(evidence["properties"]) == {"version", "request", "input", "input_simhash", "input_empty",
-                                               "input_chars", "tool", "tool_args", "tool_args_simhash"}
+                                               "input_chars", "input_failed", "input_shape", "input_pending",
+                                               "tool", "tool_args", "tool_args_simhash"}
         assert evidence["required"] == ["version"] and evidence["additionalProperties"] is False
         assert "evidence" in schemas["Pending"]["properties"]
 

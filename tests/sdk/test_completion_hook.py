@@ -8,6 +8,8 @@ interpreter per run).
 * No content: canary strings in the system prompt, the user's message and every tool result appear nowhere in what
   was exported (span attributes, events, resource, status) nor in the hook's, the SDK's or util-genai's logs.
 * Without the variable, no fingerprints (the hook is what puts them there).
+* The service uses them: with the default settings, the loop is warned about after the same call and with the same
+  confidence and evidence (exact) as with content capture on; the healthy agent is allowed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from loop_detector_sdk.evidence.fingerprints import ATTRIBUTES, call_evidence
 from loop_detector_sdk.evidence.messages import from_openai_chat, reply_text
+from support.enforcement import admin_headers, make_config
 
 from detector.evaluation.simulate import wait_for_detector
+from detector.service.process import running_service
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "tests" / "support" / "hooked_agent.py"
@@ -34,13 +39,26 @@ HOOK_ENV = "OTEL_INSTRUMENTATION_GENAI_COMPLETION_HOOK"
 pytest.importorskip("opentelemetry.instrumentation.openai_v2")
 
 
-def run_agent(eps, stub_url: str, hook: bool, canary: str, tag: str) -> tuple[dict[str, Any], str]:
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory):
+    """A live service with the default detection settings (the levels a new user gets), cycling fast."""
+    with running_service(make_config(), tmp_path_factory.mktemp("completion_hook")) as (service, eps):
+        yield service, eps
+
+
+def run_agent(eps, stub_url: str, hook: bool, canary: str, tag: str, steps: int = 5, decisions: bool = False,
+              content: bool = False) -> tuple[dict[str, Any], str]:
     config = {"otlp": eps.otlp, "openai_base_url": stub_url + "/v1", "examples_dir": str(ROOT / "examples"),
-              "canary": canary, "agents": [{"session": f"hook-loop-{tag}", "scenario": "loop", "steps": 5},
-                                           {"session": f"hook-healthy-{tag}", "scenario": "healthy", "steps": 5}]}
+              "canary": canary, "agents": [{"session": f"hook-loop-{tag}", "scenario": "loop", "steps": steps},
+                                           {"session": f"hook-healthy-{tag}", "scenario": "healthy", "steps": steps}]}
+    if decisions:
+        config["api"] = eps.api
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
     if hook:
         env[HOOK_ENV] = "loop_detector"  # the whole set-up
+    if content:  # content capture on, on the span (docs/instrumentations.md)
+        env.update({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+                    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"})
     proc = subprocess.run([sys.executable, str(AGENT), json.dumps(config)], capture_output=True, text=True,
                           timeout=300, env=env, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -115,3 +133,47 @@ def test_without_the_variable_no_fingerprints(svc, stub):
     wait_for_detector(eps.api, time.time_ns() // 1000)
     spans = chat_spans(service.store, [r["trace_id"] for r in result["agents"]])
     assert spans and not any(k.startswith("loop_detector.fp.") for s in spans for k in s["a"])
+
+
+# The loop's first wasted call is its second model call (index 1): having read config.yaml, it asks to read it again.
+# openai-v2 makes no tool spans (the agent runs its tools itself), so what a requested tool call brought back is known
+# only from the next call's new input: with content or with the app's fingerprints alike, the 3rd repeat of the same
+# outcome is known at the call after the 3rd wasted one, and the decision read after that call warns.
+FIRST_WASTED = 1
+FLAGGED_BY = FIRST_WASTED + 3
+
+
+def first_flag(calls: list[dict[str, Any]]) -> int | None:
+    return next((i for i, c in enumerate(calls) if c["decision"]["action"] != "allow"), None)
+
+
+def verdicts(calls: list[dict[str, Any]]) -> list[tuple[str, float, str]]:
+    return [(c["decision"]["action"], c["decision"]["confidence"], c["decision"]["evidence"]) for c in calls]
+
+
+def test_with_content_off_the_hook_flags_the_loop_as_content_does_and_the_healthy_agent_is_allowed(svc, stub):
+    """The default settings, content capture off, the one variable set: the decision each agent reads after each
+    call (its span exported as the call ends, scored by the detector). The loop warns as soon as with content capture
+    on (the same decision, confidence and evidence after every call: exact, from the app's fingerprints), by the call
+    after its 3rd wasted one; the healthy agent is allowed throughout. Without the hook, the same loop rests on sizes
+    alone (never exact evidence)."""
+    service, eps = svc
+    url, _ = stub
+    hooked, _ = run_agent(eps, url, True, "CANARY-flag", uuid.uuid4().hex[:8], steps=7, decisions=True)
+    content, _ = run_agent(eps, url, False, "CANARY-on", uuid.uuid4().hex[:8], steps=7, decisions=True, content=True)
+    bare, _ = run_agent(eps, url, False, "CANARY-bare", uuid.uuid4().hex[:8], steps=7, decisions=True)
+    loop, healthy = hooked["agents"]
+    flagged = first_flag(loop["calls"])
+    print(f"\ncontent off + hook: loop {verdicts(loop['calls'])}\ncontent on: loop {verdicts(content['agents'][0]['calls'])}"
+          f"\ncontent off: loop {verdicts(bare['agents'][0]['calls'])}\nfirst flag after call index {flagged}")
+    assert flagged is not None and flagged <= FLAGGED_BY, verdicts(loop["calls"])
+    assert loop["calls"][flagged]["decision"]["action"] == "warn"
+    assert verdicts(loop["calls"]) == verdicts(content["agents"][0]["calls"])  # as content on, call by call
+    assert {v[2] for v in verdicts(loop["calls"])[flagged:]} == {"exact"}
+    for run in (healthy, content["agents"][1], bare["agents"][1]):
+        assert [c["decision"]["action"] for c in run["calls"]] == ["allow"] * len(run["calls"]), run["session"]
+    assert "exact" not in {v[2] for v in verdicts(bare["agents"][0]["calls"])}  # no content, no fingerprints
+    # where the evidence came from, per call: the session's detail says it
+    for run, source in ((loop, "fingerprints"), (content["agents"][0], "content"), (bare["agents"][0], "sizes")):
+        r = httpx.get(f"{eps.api}/admin/loop-detection/sessions/{run['session']}", headers=admin_headers(service))
+        assert r.status_code == 200 and r.json()["evidence_sources"] == {source: len(run["calls"])}, r.text

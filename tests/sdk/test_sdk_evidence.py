@@ -35,12 +35,17 @@ from support.evidence_vectors import VECTORS
 DOC = json.loads(VECTORS.read_text())
 
 
+def observed(o) -> dict:
+    return {"fp": str(o.fp), "simhash": str(o.simhash), "empty": o.empty, "chars": o.chars, "failed": o.failed,
+            "shape": str(o.shape), "pending": o.pending}
+
+
 @pytest.mark.parametrize("v", DOC["texts"], ids=lambda v: v["name"])
 def test_texts(v):
     text = v["text"]
     assert normalize(text) == v["normalized"] and normalize(without_keys(text)) == v["normalized_without_keys"]
     o, r = observation(text), reply(text)
-    assert {"fp": str(o.fp), "simhash": str(o.simhash), "empty": o.empty, "chars": o.chars} == v["observation"]
+    assert observed(o) == v["observation"]
     assert {"fp": str(r.fp), "simhash": str(r.simhash)} == v["reply"]
 
 
@@ -60,10 +65,9 @@ def test_calls(v):
     assert str(request_fp(v["model"], inputs)) == v["request"]
     evidence = call_evidence(v["model"], inputs, outputs, reply_text(outputs))
     o = evidence.observation
-    assert o is not None and {"fp": str(o.fp), "simhash": str(o.simhash), "empty": o.empty,
-                              "chars": o.chars} == v["observation"]
+    assert o is not None and observed(o) == v["observation"]
     attrs = evidence.span_attributes()
-    assert set(attrs) <= set(ATTRIBUTES) and attrs["loop_detector.fp.version"] == 1
+    assert set(attrs) <= set(ATTRIBUTES) and attrs["loop_detector.fp.version"] == 2
     assert attrs["loop_detector.fp.request"] == v["request"]
     assert attrs.get("loop_detector.fp.tool_calls", []) == [c["fp"] for c in v["tool_calls"]]
     assert attrs.get("loop_detector.fp.tool_call_simhashes", []) == [c["simhash"] for c in v["tool_calls"]]
@@ -71,9 +75,13 @@ def test_calls(v):
         assert (attrs["loop_detector.fp.output"], attrs["loop_detector.fp.output_simhash"]) == (
             v["reply"]["fp"], v["reply"]["simhash"])
     assert evidence.check_evidence() == {
-        "version": 1, "request": v["request"], "input": v["observation"]["fp"],
+        "version": 2, "request": v["request"], "input": v["observation"]["fp"],
         "input_simhash": v["observation"]["simhash"], "input_empty": v["observation"]["empty"],
-        "input_chars": v["observation"]["chars"]}
+        "input_chars": v["observation"]["chars"], "input_failed": v["observation"]["failed"],
+        "input_shape": v["observation"]["shape"], "input_pending": v["observation"]["pending"]}
+    assert (attrs["loop_detector.fp.input_failed"], attrs.get("loop_detector.fp.input_shape", "0"),
+            attrs["loop_detector.fp.input_pending"]) == (v["observation"]["failed"], v["observation"]["shape"],
+                                                         v["observation"]["pending"])
     assert not any(isinstance(x, str) and len(x) > 20 and x in json.dumps(v["inputs"]) for x in attrs.values())
 
 

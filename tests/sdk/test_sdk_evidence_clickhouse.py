@@ -6,14 +6,18 @@
 * The Python implementation (``loop_detector_sdk.evidence``) against the real functions on generated texts:
   ``cityHash64``, the two SimHashes, the JSON functions, and the view's normalization (texts sent through spans:
   the view's own SQL, not a copy of its regular expressions).
+* The service reads the app's fingerprints where the content is absent (the normalization's step 4): real SDK spans,
+  the real completion hook, OTLP through the receiver's decoder; content present, nothing changes.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
+from loop_detector_sdk.completion_hook import LoopDetectorHook
 from loop_detector_sdk.evidence.clickhouse_hash import city_hash64, ngram_simhash_ci, utf8, word_shingle_simhash_ci
 from loop_detector_sdk.evidence.clickhouse_json import document_raw, object_pairs, pairs_text
 from loop_detector_sdk.evidence.fingerprints import observation, reply, tool_call, tool_run
@@ -62,7 +66,9 @@ TOKENS = ["took 12ms", "elapsed=3.5", "duration: 10", "latency_ms' : 7", "2024-0
           "550e8400-e29b-41d4-a716-446655440000", " ", "\t", "\n", "\x0b", "\x0c", "é", "😀", "x", "page 2", "5 s",
           "3secs", "4 minutes", '"id": 3', '{"a": "b"}', "no results", "Not Found", '"results": []', '"count": 0',
           "null", "[ ]", "{}", "none", "NOTHING MATCHED", "_x9", "-", '"', "'", "\\", '\\"key\\": ', "é1", "1é",
-          "ABCDEF01", ":", "00:00", "Word", "longer words here", "日本語", "\u2028"]
+          "ABCDEF01", ":", "00:00", "Word", "longer words here", "日本語", "\u2028", "Error", "errors", "can't",
+          "Timed Out", "usage:", "<returncode>1", "<returncode>0", "status", '"status": "running"', "state=queued",
+          '\\"phase\\": \\"in-progress\\"', "pending", "érror", "erroré", "not ready"]
 
 
 def _generated(seed: int, n: int) -> list[str]:
@@ -90,8 +96,11 @@ def test_the_python_normalization_and_hashes_are_the_views_on_generated_texts(st
     for i, text in enumerate(texts):
         t, r, u = rows[f"gen-t{i}"], rows[f"gen-r{i}"], rows[f"gen-u{i}"]
         o, rep = observation(text), reply(text)
-        assert (t["observation_fp"], t["observation_simhash"], t["observation_empty"], t["observation_chars"]) == (
-            str(o.fp), str(o.simhash), str(int(o.empty)), str(o.chars)), repr(text)
+        assert (t["observation_fp"], t["observation_simhash"], t["observation_empty"], t["observation_chars"],
+                t["observation_failed"], t["observation_shape_fp"], t["observation_pending"]) == (
+            str(o.fp), str(o.simhash), str(int(o.empty)), str(o.chars), str(int(o.failed)),
+            str(o.shape) if o.failed or o.empty else t["observation_shape_fp"], str(int(o.pending))), repr(text)
+        assert o.shape == 0 or o.failed or o.empty  # (computed for failures and "nothing" only: read only there)
         assert (r["output_fp"], r["output_norm_simhash"]) == (str(rep.fp), str(rep.simhash)), repr(text)
         args = arguments_text(text)
         call, run = tool_call("t", args), tool_run("t", args)
@@ -156,3 +165,124 @@ def test_normalization_texts_match_a_probe_of_the_views_regular_expressions(stor
         assert rows[f"probe-{i}"]["observation_fp"] == str(city_hash64(utf8(norm)))
         stripped = normalize(without_keys(text))
         assert rows[f"probe-{i}"]["observation_simhash"] == str(word_shingle_simhash_ci(stripped) if stripped else 0)
+
+
+# -- the service reads the app's fingerprints where the content is absent (clickhouse/genai_calls_normalized.sql.tmpl,
+# step 4): real spans of the OpenTelemetry SDK, their attributes set by the real completion hook, exported as OTLP
+# protobuf, decoded by the receiver and normalized by the detection cycle's statement
+
+EVIDENCE_COLUMNS = ("request_fp", "observation_fp", "observation_simhash", "observation_empty", "observation_chars",
+                    "observation_failed", "observation_shape_fp", "observation_pending", "output_fp",
+                    "output_norm_simhash", "out_tool_names", "out_tool_fps", "out_tool_arg_simhashes", "has_content")
+
+
+def _exported_rows(store, spans: list[tuple[str, dict[str, Any], Any]]) -> dict[str, dict[str, Any]]:
+    """``spans``: (name, attributes, hook call or None) each; every span a real SDK span, the hook's attributes set by
+    :class:`LoopDetectorHook` on it while it is open, as util-genai calls it. Returns the calls' evidence columns by
+    span name."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from detector.ingest.otlp import decode_protobuf
+    from detector.storage.normalization import SELECT_NOW_US, normalize_staged
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("fingerprints")
+    ids = {}
+    for name, attributes, hook_call in spans:
+        with tracer.start_as_current_span(name, attributes=attributes) as span:
+            if hook_call is not None:
+                LoopDetectorHook().on_completion(span=span, **hook_call)
+            ids[format(span.get_span_context().span_id, "016x")] = name
+    before_us = int(store.rows(SELECT_NOW_US)[0]["now_us"])
+    decoded = decode_protobuf(encode_spans(memory.get_finished_spans()).SerializeToString())
+    store.insert_arrow("otel.otel_traces", decoded.spans.to_arrow())
+    normalize_staged(store, before_us)
+    cols = ", ".join(f"toString({c}) AS {c}" for c in EVIDENCE_COLUMNS)
+    rows = store.rows(f"SELECT span_id, {cols} FROM otel.genai_calls WHERE span_id IN {{ids:Array(String)}}",
+                      {"ids": list(ids)})
+    return {ids[r["span_id"]]: {c: r[c] for c in EVIDENCE_COLUMNS} for r in rows}
+
+
+def _chat_attributes(model: str, content: dict[str, Any] | None = None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 100,
+                             "gen_ai.usage.output_tokens": 20}
+    if model:  # (the hook reads the model asked for: none, none in the request fingerprint)
+        attrs["gen_ai.request.model"] = model
+    if content is not None:
+        attrs.update({"gen_ai.input.messages": json.dumps(content["inputs"]),
+                      "gen_ai.output.messages": json.dumps(content["outputs"])})
+    return attrs
+
+
+def _hook_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {"inputs": call["inputs"], "outputs": call["outputs"]}
+
+
+def test_a_chat_span_without_content_takes_its_evidence_from_the_app_fingerprints(store):
+    """Each vector call, content capture off, the hook on: the columns are the vectors' (what ClickHouse computes
+    from the same content: the observation of the call's new input, the reply, the requested tool calls, the
+    request by the SDK's formula), and no longer the structure alone."""
+    vectors = json.loads(VECTORS.read_text())["calls"]
+    spans = [(f"chat off {i}", _chat_attributes(c["model"]), _hook_call(c)) for i, c in enumerate(vectors)]
+    spans += [(f"chat bare {i}", _chat_attributes(c["model"]), None) for i, c in enumerate(vectors)]
+    rows = _exported_rows(store, spans)
+    for i, call in enumerate(vectors):
+        got, bare = rows[f"chat off {i}"], rows[f"chat bare {i}"]
+        o, r = call["observation"], call["reply"]
+        assert got["has_content"] == "0", call["name"]
+        assert (got["request_fp"], got["observation_fp"], got["observation_simhash"], got["observation_empty"],
+                got["observation_chars"]) == (call["request"], o["fp"], o["simhash"], str(int(o["empty"])),
+                                              str(o["chars"])), call["name"]
+        assert (got["observation_failed"], got["observation_shape_fp"], got["observation_pending"]) == (
+            str(int(o["failed"])), o["shape"], str(int(o["pending"]))), call["name"]
+        assert (got["output_fp"], got["output_norm_simhash"]) == (r["fp"], r["simhash"]), call["name"]
+        names = [p["name"] for m in call["outputs"] for p in m["parts"] if p["type"] == "tool_call"]
+        assert got["out_tool_names"] == json.dumps(names).replace(" ", "").replace('"', "'"), call["name"]
+        assert got["out_tool_fps"] == "[" + ",".join(t["fp"] for t in call["tool_calls"]) + "]", call["name"]
+        assert got["out_tool_arg_simhashes"] == "[" + ",".join(t["simhash"] for t in call["tool_calls"]) + "]"
+        # without the hook: the structure alone (no observation, no reply, no tool fingerprints)
+        assert (bare["observation_fp"], bare["output_fp"], bare["out_tool_fps"]) == ("0", "0", "[]"), call["name"]
+        assert bare["request_fp"] != got["request_fp"]
+
+
+def test_content_present_keeps_the_contents_columns_whatever_the_attributes_say(store):
+    """A span with content and the hook's attributes of *another* call: every column is the content's (the attributes
+    are read only where the content is absent), equal to the same span's without the hook."""
+    vectors = json.loads(VECTORS.read_text())["calls"]
+    others = vectors[1:] + vectors[:1]
+    spans = [(f"with {i}", _chat_attributes(c["model"], c), _hook_call(other))
+             for i, (c, other) in enumerate(zip(vectors, others, strict=True))]
+    spans += [(f"plain {i}", _chat_attributes(c["model"], c), None) for i, c in enumerate(vectors)]
+    rows = _exported_rows(store, spans)
+    for i, call in enumerate(vectors):
+        assert rows[f"with {i}"]["has_content"] == "1"
+        assert rows[f"with {i}"] == rows[f"plain {i}"], call["name"]
+        assert rows[f"with {i}"]["output_fp"] == call["reply"]["fp"]
+
+
+def test_the_failure_shape_and_pending_attributes_and_a_version_1_set(store):
+    """Version 2's input_failed / input_shape / input_pending give observation_failed / _shape_fp / _pending; a
+    version 1 set (without them) leaves them 0, and a value that is not a number gives 0 (never a failed batch)."""
+    base = {"loop_detector.fp.version": 2, "loop_detector.fp.input": "123", "loop_detector.fp.input_chars": 12,
+            "loop_detector.fp.input_empty": False}
+    v2 = {**base, "loop_detector.fp.input_failed": True, "loop_detector.fp.input_shape": "18446744073709551615",
+          "loop_detector.fp.input_pending": True}
+    v1 = {**base, "loop_detector.fp.version": 1}
+    odd = {**v2, "loop_detector.fp.input_shape": "not a number", "loop_detector.fp.tool_calls": ["x", "7"],
+           "loop_detector.fp.tool_names": ["a", "b"]}
+    rows = _exported_rows(store, [("v2", {**_chat_attributes("m"), **v2}, None),
+                                  ("v1", {**_chat_attributes("m"), **v1}, None),
+                                  ("odd", {**_chat_attributes("m"), **odd}, None),
+                                  ("tool", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", **v2},
+                                   None)])
+    pick = ("observation_fp", "observation_chars", "observation_failed", "observation_shape_fp", "observation_pending")
+    assert [rows["v2"][c] for c in pick] == ["123", "12", "1", "18446744073709551615", "1"]
+    assert [rows["v1"][c] for c in pick] == ["123", "12", "0", "0", "0"]
+    assert [rows["odd"][c] for c in pick] == ["123", "12", "1", "0", "1"]
+    assert (rows["odd"]["out_tool_names"], rows["odd"]["out_tool_fps"]) == ("['a','b']", "[0,7]")
+    assert [rows["tool"][c] for c in pick] == ["0", "0", "0", "0", "0"]  # a model call's evidence only

@@ -114,6 +114,7 @@ def tool_span_request(result: str) -> bytes:
 def test_tables_of_an_older_data_directory_get_their_new_columns(store):
     apply_schema(store)
     # what a data directory of an older release holds: the tables without the newer columns, no view hash
+    store.command("ALTER TABLE otel.genai_calls DROP COLUMN evidence_source")  # (an ALIAS of the columns below)
     for name in NEW_CALL_COLUMNS:
         store.command(f"ALTER TABLE otel.genai_calls DROP COLUMN {name}")
     store.command("ALTER TABLE otel.loop_events DROP COLUMN evidence")
@@ -124,7 +125,7 @@ def test_tables_of_an_older_data_directory_get_their_new_columns(store):
                                                 "level": "warn", "version": 1}])
 
     apply_schema(store)
-    assert set(NEW_CALL_COLUMNS) <= columns(store, "genai_calls")
+    assert {*NEW_CALL_COLUMNS, "evidence_source"} <= columns(store, "genai_calls")
     assert "evidence" in columns(store, "loop_events") and "evidence" in columns(store, "loop_decisions")
     hashes = store.rows("SELECT key, value FROM otel.loop_meta FINAL WHERE startsWith(key, {p:String})",
                         {"p": VIEW_KEY_PREFIX})
@@ -137,8 +138,9 @@ def test_tables_of_an_older_data_directory_get_their_new_columns(store):
     store.insert_arrow("otel.otel_traces", decode_json(tool_span_request(
         '{"query": "key rotation", "total": 0, "took_ms": 12, "results": []}')).spans.to_arrow())
     normalize_staged(store)
-    row = store.rows("SELECT observation_fp, observation_empty, args_fp FROM otel.genai_calls")[0]
+    row = store.rows("SELECT observation_fp, observation_empty, args_fp, evidence_source FROM otel.genai_calls")[0]
     assert row["observation_fp"] and row["observation_empty"] == 1 and row["args_fp"]
+    assert row["evidence_source"] == "content"
 
 
 def test_a_materialized_view_whose_statement_changed_is_replaced(store):

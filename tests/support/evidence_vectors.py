@@ -3,10 +3,12 @@
 Inputs (texts, tool calls, whole model calls as GenAI semantic-conventions messages) go into real spans
 (``otel.otel_traces``), and the expected values are what the normalization writes into ``otel.genai_calls``
 for them: the observation of a tool's result, the reply's hashes, the requested tool calls' hashes, a tool run's
-hashes. The one value no column holds yet, the request fingerprint, is computed by :data:`REQUEST_FP_SQL` (the
-mapping part B of issue 27 puts into the view). The canonical forms in between (the new input of a call, a tool
-call's arguments as a span holds them, the normalized texts) are the SDK's definitions, pinned here for both SDKs;
-the normalized texts are checked against ClickHouse through their hashes.
+hashes. The request fingerprint is computed by :data:`REQUEST_FP_SQL`, the SDK's per-message formula in SQL: a
+span with content keeps the hash of its whole input as its dialect wrote it (``request_fp``), which an app cannot
+reproduce byte for byte, and a span without content takes ``loop_detector.fp.request`` as it is (both are compared
+only with the same session's own, for equality; docs/sdk.md, "Fingerprints"). The canonical forms in between (the
+new input of a call, a tool call's arguments as a span holds them, the normalized texts) are the SDK's definitions,
+pinned here for both SDKs; the normalized texts are checked against ClickHouse through their hashes.
 
     .venv/bin/python tests/support/evidence_vectors.py   # rewrites sdk/test-vectors/evidence.json
 
@@ -61,6 +63,17 @@ TEXTS: list[tuple[str, str]] = [
     ("escapes in json", '{"s": "caf\\u00e9 \\ud83d\\ude00 tab\\tnl\\n", "k\'q": "a\\\\b"}'),
     ("vertical tab and form feed", "a\x0bb\x0cc d"),
     ("lone surrogate", "broken \ud800 text"),
+    ("a failure with numbers",
+     "Traceback (most recent call last):\n  File \"app.py\", line 42\nValueError: bad port 8080"),
+    ("the same failure, other numbers",
+     "Traceback (most recent call last):\n  File \"app.py\", line 57\nValueError: bad port 9090"),
+    ("return code", "<returncode>2</returncode><output>usage: git [--version]</output>"),
+    ("failure words in case", "CONNECTION REFUSED; Could Not reach host"),
+    ("not a failure word", "errors=0, the terror of unexpectedly fine output"),
+    ("pending json", '{"job": "build-7", "status": "running", "progress": 40}'),
+    ("pending escaped json", '{\\"state\\": \\"In Progress\\"}'),
+    ("pending words", "phase = queued; STATE: not_ready"),
+    ("done status", '{"status": "succeeded"}'),
     ("long", LONG),
 ]
 TOOL_CALLS: list[tuple[str, str, str]] = [
@@ -140,7 +153,8 @@ def _chat_span(span_id: str, model: str, inputs: list[Any], outputs: list[Any]) 
     return _span(span_id, "chat", attrs)
 
 
-COLUMNS = ("observation_fp", "observation_simhash", "observation_empty", "observation_chars", "output_fp",
+COLUMNS = ("observation_fp", "observation_simhash", "observation_empty", "observation_chars", "observation_failed",
+           "observation_shape_fp", "observation_pending", "output_fp",
            "output_norm_simhash", "out_tool_fps", "out_tool_arg_simhashes", "tool_fp", "args_fp", "args_simhash")
 
 
@@ -157,6 +171,16 @@ def _rows(store: Any, spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     rows = store.rows(f"SELECT span_id, {cols} FROM otel.genai_calls WHERE span_id IN {{ids:Array(String)}}",
                       {"ids": ids})
     return {r["span_id"]: r for r in rows}
+
+
+def _observation(row: dict[str, Any]) -> dict[str, Any]:
+    """What came back, as the view's columns have it (the fingerprint set's ``input_*``). The shape only where it
+    failed or says "nothing": the only rows ``observation_shape_fp`` is read on, the only ones the SDKs compute it for
+    (0 otherwise)."""
+    failed, empty = row["observation_failed"] == "1", row["observation_empty"] == "1"
+    return {"fp": row["observation_fp"], "simhash": row["observation_simhash"], "empty": empty,
+            "chars": int(row["observation_chars"]), "failed": failed,
+            "shape": row["observation_shape_fp"] if failed or empty else "0", "pending": row["observation_pending"] == "1"}
 
 
 def _u64s(text: str) -> list[str]:
@@ -201,8 +225,7 @@ def build(store: Any) -> dict[str, Any]:
         texts_out.append({
             "name": name, "text": text, "normalized": normalize(text),
             "normalized_without_keys": normalize(without_keys(text)),
-            "observation": {"fp": t["observation_fp"], "simhash": t["observation_simhash"],
-                            "empty": t["observation_empty"] == "1", "chars": int(t["observation_chars"])},
+            "observation": _observation(t),
             "reply": {"fp": r["output_fp"], "simhash": r["output_norm_simhash"]},
         })
     tools_out = []
@@ -221,8 +244,7 @@ def build(store: Any) -> dict[str, Any]:
         calls_out.append({
             **call, "new_input": new_inputs[i], "reply_text": reply_text(from_genai(call["outputs"])),
             "request": str(request),
-            "observation": {"fp": n["observation_fp"], "simhash": n["observation_simhash"],
-                            "empty": n["observation_empty"] == "1", "chars": int(n["observation_chars"])},
+            "observation": _observation(n),
             "reply": {"fp": o["output_fp"], "simhash": o["output_norm_simhash"]},
             "tool_calls": [{"fp": fp, "simhash": sh} for fp, sh in zip(
                 _u64s(o["out_tool_fps"]), _u64s(o["out_tool_arg_simhashes"]), strict=True)],
@@ -235,7 +257,7 @@ def build(store: Any) -> dict[str, Any]:
                  "texts -> normalized -> observation / reply hashes; tool calls -> canonical (as a span holds the "
                  "arguments) -> call and run hashes; calls (semantic-conventions messages) -> new_input, reply_text, "
                  "request and the rest.",
-        "version": 1, "texts": texts_out, "tool_calls": tools_out, "calls": calls_out,
+        "version": 2, "texts": texts_out, "tool_calls": tools_out, "calls": calls_out,
     }
 
 

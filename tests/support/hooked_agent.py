@@ -4,13 +4,15 @@ interpreter (the instrumentor patches ``openai`` globally, and util-genai reads 
 environment when the instrumentor starts).
 
     python tests/support/hooked_agent.py '{"otlp": ..., "openai_base_url": ..., "examples_dir": ..., "canary": ...,
-                                           "agents": [{"session", "scenario", "steps"}]}'
+                                           "agents": [{"session", "scenario", "steps"}], "api": ...}'
 
 The environment decides whether the completion hook runs (``OTEL_INSTRUMENTATION_GENAI_COMPLETION_HOOK=loop_detector``
 or nothing): the script sets nothing about it. Every prompt and tool result carries ``canary``. The loggers of the
 hook, the SDK and util-genai write to stderr at DEBUG (the test looks for the canary there). Prints one JSON line:
 per agent, its trace id and, per model call, the messages it sent and the assistant message it got (the test
-recomputes the fingerprints from them).
+recomputes the fingerprints from them). With ``api`` (the service's API URL), each call's span is exported as the call
+ends, and the decision an agent would read before its next call (``GET /v1/decision``, once the detector has scored
+the span) is recorded with the call.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 CONFIG: dict[str, Any] = json.loads(sys.argv[1])
@@ -46,7 +49,20 @@ def run_tool(name: str, args: dict[str, Any], scenario: str, step: int) -> str:
     return f"ok: {name} {json.dumps(args, sort_keys=True)} gave result number {step} ({CANARY})"
 
 
-def run_agent(client: openai.OpenAI, tracer: trace.Tracer, session: str, scenario: str, steps: int) -> dict[str, Any]:
+def decision_after_call(provider: TracerProvider, session: str) -> dict[str, Any]:
+    """The session's decision once the call just made has been exported and scored."""
+    import httpx
+
+    from detector.evaluation.simulate import wait_for_detector
+
+    provider.force_flush()
+    wait_for_detector(CONFIG["api"], time.time_ns() // 1000)
+    d = httpx.get(f"{CONFIG['api']}/v1/decision", params={"session_id": session}, timeout=10).json()
+    return {k: d.get(k) for k in ("action", "level", "confidence", "evidence", "dominant_signal", "detector")}
+
+
+def run_agent(client: openai.OpenAI, provider: TracerProvider, tracer: trace.Tracer, session: str, scenario: str,
+              steps: int) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": f"You are a coding agent. [{scenario}] Secret: {CANARY}"},
         {"role": "user", "content": f"Fix the failing build. Token {CANARY}"},
@@ -59,6 +75,8 @@ def run_agent(client: openai.OpenAI, tracer: trace.Tracer, session: str, scenari
             response = client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=TOOL_SCHEMAS)
             message = response.choices[0].message.model_dump(exclude_none=True)
             calls.append({"messages": sent, "reply": message})
+            if CONFIG.get("api"):
+                calls[-1]["decision"] = decision_after_call(provider, session)
             messages.append(message)
             if not message.get("tool_calls"):
                 break
@@ -77,7 +95,7 @@ def main() -> None:
     OpenAIInstrumentor().instrument(tracer_provider=provider)
     client = openai.OpenAI(base_url=CONFIG["openai_base_url"], api_key="sk-stub", max_retries=0, timeout=20)
     tracer = provider.get_tracer("hooked-agent")
-    runs = [run_agent(client, tracer, a["session"], a["scenario"], int(a["steps"])) for a in CONFIG["agents"]]
+    runs = [run_agent(client, provider, tracer, a["session"], a["scenario"], int(a["steps"])) for a in CONFIG["agents"]]
     provider.shutdown()
     print(json.dumps({"agents": runs}))
 

@@ -69,7 +69,9 @@ export {
   VERSION as EVIDENCE_VERSION,
 } from './evidence/fingerprints.js';
 export { argumentsText, fromSemconv, fromVercelPrompt, type Message, type Part, replyText } from './evidence/messages.js';
-export { canonicalText, digitsMasked, isEmptyObservation, normalize, withoutKeys } from './evidence/normalize.js';
+export {
+  canonicalText, digitsMasked, isEmptyObservation, isFailed, isPending, normalize, withoutKeys,
+} from './evidence/normalize.js';
 export { type Position, withInstruction } from './instruction.js';
 export {
   type Action,

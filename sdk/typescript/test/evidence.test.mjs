@@ -19,7 +19,8 @@ test('the shared vectors: texts -> normalized -> observation and reply', () => {
     assert.equal(normalize(v.text), v.normalized, v.name);
     assert.equal(normalize(withoutKeys(v.text)), v.normalized_without_keys, v.name);
     const o = observation(v.text);
-    assert.deepEqual({ fp: s(o.fp), simhash: s(o.simhash), empty: o.empty, chars: o.chars }, v.observation, v.name);
+    assert.deepEqual({ fp: s(o.fp), simhash: s(o.simhash), empty: o.empty, chars: o.chars, failed: o.failed,
+      shape: s(o.shape), pending: o.pending }, v.observation, v.name);
     const r = reply(v.text);
     assert.deepEqual({ fp: s(r.fp), simhash: s(r.simhash) }, v.reply, v.name);
   }
@@ -47,8 +48,9 @@ test('the shared vectors: whole calls -> new input, reply, request, evidence', (
     assert.equal(replyText(outputs), v.reply_text, v.name);
     assert.equal(s(requestFp(v.model, inputs)), v.request, v.name);
     assert.deepEqual(modelCallEvidence(v.model, inputs), {
-      version: 1, request: v.request, input: v.observation.fp, input_simhash: v.observation.simhash,
-      input_empty: v.observation.empty, input_chars: v.observation.chars }, v.name);
+      version: 2, request: v.request, input: v.observation.fp, input_simhash: v.observation.simhash,
+      input_empty: v.observation.empty, input_chars: v.observation.chars, input_failed: v.observation.failed,
+      input_shape: v.observation.shape, input_pending: v.observation.pending }, v.name);
     const calls = outputs.flatMap((m) => m.parts.filter((p) => p.kind === 'tool_call'))
       .map((p) => toolCall(p.name, p.arguments)).map((c) => ({ fp: s(c.fp), simhash: s(c.simhash) }));
     assert.deepEqual(calls, v.tool_calls, v.name);

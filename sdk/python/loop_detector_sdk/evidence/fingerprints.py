@@ -1,4 +1,4 @@
-"""The app's fingerprints of a model call, version 1: what the service computes from content (the columns of
+"""The app's fingerprints of a model call, version 2: what the service computes from content (the columns of
 ``otel.genai_calls``), computed where the content is, so that loop-detector sees the same evidence whether a span
 carries the content or only these numbers. Never the text.
 
@@ -8,7 +8,8 @@ guard's check), every hash a ``UInt64`` written in decimal:
 =================================== ================================================================ ==================
 attribute                           value                                                            column
 =================================== ================================================================ ==================
-``loop_detector.fp.version``        1 (int)
+``loop_detector.fp.version``        2 (int; 1: the set without the three ``input_`` values that follow
+                                    ``input_chars``)
 ``loop_detector.fp.request``        ``cityHash64(model, messages)``: each message                    ``request_fp``
                                     ``cityHash64(role, parts)``, each part ``cityHash64(type, text)``
                                     or, a tool call, its tool fingerprint
@@ -17,6 +18,11 @@ attribute                           value                                       
                                     without its JSON keys))``
 ``loop_detector.fp.input_empty``    the new input says "nothing" (bool)                              ``observation_empty``
 ``loop_detector.fp.input_chars``    bytes of the normalized new input (int)                          ``observation_chars``
+``loop_detector.fp.input_failed``   the new input says it failed (bool; an error, a traceback...)    ``observation_failed``
+``loop_detector.fp.input_shape``    ``cityHash64(normalize(new input) with digits as #)``, when it   ``observation_shape_fp``
+                                    failed or says "nothing" (the only rows that column is read on)
+``loop_detector.fp.input_pending``  the new input says the work is in progress (bool; a status of    ``observation_pending``
+                                    queued, running...)
 ``loop_detector.fp.output``         ``cityHash64(normalize(reply))``                                 ``output_fp``
 ``loop_detector.fp.output_simhash`` ``ngramSimHashCaseInsensitiveUTF8(normalize(reply))``            ``output_norm_simhash``
 ``loop_detector.fp.tool_names``     the tools the model asked for (string array)                     ``out_tool_names``
@@ -63,7 +69,14 @@ from loop_detector_sdk.evidence.messages import (
     from_genai,
     reply_text,
 )
-from loop_detector_sdk.evidence.normalize import digits_masked, is_empty_observation, normalize, without_keys
+from loop_detector_sdk.evidence.normalize import (
+    digits_masked,
+    is_empty_observation,
+    is_failed,
+    is_pending,
+    normalize,
+    without_keys,
+)
 
 __all__ = [
     "ATTRIBUTES", "CallEvidence", "Observation", "Reply", "ToolCallEvidence", "ToolRunEvidence", "VERSION",
@@ -71,7 +84,7 @@ __all__ = [
     "tool_run",
 ]
 
-VERSION: Final = 1
+VERSION: Final = 2
 PREFIX: Final = "loop_detector.fp."
 ATTR_VERSION: Final = PREFIX + "version"
 ATTR_REQUEST: Final = PREFIX + "request"
@@ -79,13 +92,16 @@ ATTR_INPUT: Final = PREFIX + "input"
 ATTR_INPUT_SIMHASH: Final = PREFIX + "input_simhash"
 ATTR_INPUT_EMPTY: Final = PREFIX + "input_empty"
 ATTR_INPUT_CHARS: Final = PREFIX + "input_chars"
+ATTR_INPUT_FAILED: Final = PREFIX + "input_failed"
+ATTR_INPUT_SHAPE: Final = PREFIX + "input_shape"
+ATTR_INPUT_PENDING: Final = PREFIX + "input_pending"
 ATTR_OUTPUT: Final = PREFIX + "output"
 ATTR_OUTPUT_SIMHASH: Final = PREFIX + "output_simhash"
 ATTR_TOOL_NAMES: Final = PREFIX + "tool_names"
 ATTR_TOOL_CALLS: Final = PREFIX + "tool_calls"
 ATTR_TOOL_CALL_SIMHASHES: Final = PREFIX + "tool_call_simhashes"
 ATTRIBUTES: Final = (ATTR_VERSION, ATTR_REQUEST, ATTR_INPUT, ATTR_INPUT_SIMHASH, ATTR_INPUT_EMPTY, ATTR_INPUT_CHARS,
-                     ATTR_OUTPUT, ATTR_OUTPUT_SIMHASH, ATTR_TOOL_NAMES, ATTR_TOOL_CALLS, ATTR_TOOL_CALL_SIMHASHES)
+                     ATTR_INPUT_FAILED, ATTR_INPUT_SHAPE, ATTR_INPUT_PENDING, ATTR_OUTPUT, ATTR_OUTPUT_SIMHASH, ATTR_TOOL_NAMES, ATTR_TOOL_CALLS, ATTR_TOOL_CALL_SIMHASHES)
 
 # The caches map texts to their fingerprints: a conversation sends its history again with every call, and an agent
 # in a loop sends the same texts. Bounded: so many entries per cache (cleared when full), texts up to so many
@@ -116,12 +132,15 @@ def _cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What came back (a call's new input): ``observation_fp``, ``observation_simhash``, ``observation_empty``,
-    ``observation_chars``."""
+    ``observation_chars``, ``observation_failed``, ``observation_shape_fp``, ``observation_pending``."""
 
     fp: int
     simhash: int
     empty: bool
     chars: int
+    failed: bool = False
+    shape: int = 0
+    pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +173,14 @@ def _observation(text: str) -> Observation:
     norm = normalize(text)
     keyless = without_keys(text)
     stripped = norm if keyless == text else normalize(keyless)
+    empty, failed = is_empty_observation(text), is_failed(text)
+    # the shape is a failure's (or "nothing"'s) key, read only for those: computed only for those (a second hash of
+    # the whole text costs as much as the first)
     return Observation(fp=city_hash64(utf8(norm)) if norm else 0,
                        simhash=word_shingle_simhash_ci(stripped) if stripped else 0,
-                       empty=is_empty_observation(text), chars=len(utf8(norm)))
+                       empty=empty, chars=len(utf8(norm)), failed=failed,
+                       shape=city_hash64(utf8(digits_masked(norm))) if norm and (failed or empty) else 0,
+                       pending=is_pending(text))
 
 
 def _reply(text: str) -> Reply:
@@ -291,6 +315,10 @@ class CallEvidence:
                 attrs[ATTR_INPUT_SIMHASH] = str(o.simhash)
             attrs[ATTR_INPUT_EMPTY] = o.empty
             attrs[ATTR_INPUT_CHARS] = o.chars
+            attrs[ATTR_INPUT_FAILED] = o.failed
+            if o.shape:
+                attrs[ATTR_INPUT_SHAPE] = str(o.shape)
+            attrs[ATTR_INPUT_PENDING] = o.pending
         r = self.reply
         if r is not None and r.fp:
             attrs[ATTR_OUTPUT] = str(r.fp)
@@ -308,7 +336,8 @@ class CallEvidence:
             out["request"] = str(self.request)
         o = self.observation
         if o is not None:
-            out.update(input=str(o.fp), input_simhash=str(o.simhash), input_empty=o.empty, input_chars=o.chars)
+            out.update(input=str(o.fp), input_simhash=str(o.simhash), input_empty=o.empty, input_chars=o.chars,
+                       input_failed=o.failed, input_shape=str(o.shape), input_pending=o.pending)
         return out
 
 

@@ -1,11 +1,13 @@
 """The service's normalization of content, in the app: the same regular expressions, in the same order, as the
-materialized view's (``clickhouse/002_genai_calls.sql``, step 2c: "incidental variation normalized"), so that a
+normalization's (``clickhouse/genai_calls_normalized.sql.tmpl``, step 2c: "incidental variation normalized"), so that a
 normalized text here is byte for byte the one the SQL hashes.
 
 ClickHouse runs them with RE2 over UTF-8 bytes; Python's ``re`` runs them over code points with ``re.ASCII``:
 every pattern here is ASCII-only, so both match the same spans. RE2's ``\\s`` is ``[\\t\\n\\f\\r ]`` (no vertical
 tab) and its ``$`` is the end of the text only: both are spelled out. ``trimBoth`` strips spaces only and
-``lower`` lowercases ASCII letters only; so do :func:`normalize` and :func:`is_empty_observation`.
+``lower`` lowercases ASCII letters only; so do :func:`normalize` and :func:`is_empty_observation`. The failure and
+pending vocabularies match case-insensitively (RE2's ``(?i)``), here with ASCII case folding: RE2 also folds the
+Kelvin sign into ``k`` and the long s into ``s``, which no text in practice spells those words with.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import re
 
 from loop_detector_sdk.evidence.clickhouse_json import object_pairs, pairs_text
 
-__all__ = ["canonical_text", "digits_masked", "is_empty_observation", "normalize", "without_keys"]
+__all__ = ["canonical_text", "digits_masked", "is_empty_observation", "is_failed", "is_pending", "normalize",
+           "without_keys"]
 
 _S = r"[\t\n\f\r ]"  # RE2's \s
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -31,6 +34,16 @@ _EMPTY = re.compile(
     rf'|"(total|count|hits|total_count|num_results)"{_S}*:{_S}*0\b'
     r"|\bno (results?|matches|documents?|items?|records?|entries|hits|data)\b|\bnot found\b|\bnothing (found|matched)\b"
     rf"|^{_S}*(null|none|\[{_S}*\]|\{{{_S}*\}})?{_S}*\Z", re.ASCII)
+# What came back says it failed (an error, a traceback, a refusal, a non-zero return code): the normalization's
+# observation_failed; and that the work is still in progress (a status of queued, running...): observation_pending.
+# (both run over the text lowercased, ASCII letters only: the same matches as RE2's (?i) with ASCII folding, faster
+# than re.IGNORECASE over an alternation)
+_FAILED = re.compile(
+    r"\b(error|exception|traceback|fatal|failed|failure|denied|not found|no such|cannot|can't|could not|unable to"
+    r"|invalid|unexpected|refused|timed out|not recognized)\b|\busage:|<returncode>[1-9]", re.ASCII)
+_PENDING = re.compile(
+    rf'\b(status|state|phase)\\?"?{_S}*[:=]{_S}*\\?"?(queued|pending|running|in[ _-]?progress|processing|started'
+    r"|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\b", re.ASCII)
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -76,3 +89,23 @@ def is_empty_observation(text: str) -> bool:
             lowered.strip("\t\n\f\r ") not in ("", "null"):
         return False
     return _EMPTY.search(lowered) is not None
+
+
+# Every match of _FAILED / _PENDING holds one of these: a text without any is scanned no further (a substring search
+# is a fraction of the regular expression's cost, and most results say neither)
+_FAILED_WORDS = ("error", "exception", "traceback", "fatal", "fail", "denied", "not found", "no such", "cannot",
+                 "can't", "could not", "unable to", "invalid", "unexpected", "refused", "timed out", "not recognized",
+                 "usage:", "<returncode>")
+_PENDING_WORDS = ("status", "state", "phase")
+
+
+def is_failed(text: str) -> bool:
+    """The text says it failed (``observation_failed``): an error, a traceback, a refusal, a non-zero return code."""
+    lowered = text.translate(_ASCII_LOWER)
+    return any(w in lowered for w in _FAILED_WORDS) and _FAILED.search(lowered) is not None
+
+
+def is_pending(text: str) -> bool:
+    """The text says the work is still in progress (``observation_pending``): a status of queued, running..."""
+    lowered = text.translate(_ASCII_LOWER)
+    return any(w in lowered for w in _PENDING_WORDS) and _PENDING.search(lowered) is not None

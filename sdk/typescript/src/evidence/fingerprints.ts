@@ -1,5 +1,5 @@
 /**
- * The app's fingerprints of a call, version 1: what the service computes from content, computed where the
+ * The app's fingerprints of a call, version 2: what the service computes from content, computed where the
  * content is (the Python SDK's `loop_detector_sdk.evidence.fingerprints` documents the set and the columns of
  * `otel.genai_calls` each stands for). Hashes are `bigint`; on the wire, decimal strings.
  */
@@ -8,9 +8,9 @@ import { cityHash64, combine, hashPairs, hashStrings, intHash, ngramSimhashCI, u
   from './clickhouse-hash.js';
 import { objectPairs } from './clickhouse-json.js';
 import { argumentsText, type Message, type Part, TOOL_CALL } from './messages.js';
-import { digitsMasked, isEmptyObservation, normalize, withoutKeys } from './normalize.js';
+import { digitsMasked, isEmptyObservation, isFailed, isPending, normalize, withoutKeys } from './normalize.js';
 
-export const VERSION = 1;
+export const VERSION = 2;
 const SYSTEM_ROLES = new Set(['system', 'developer']);
 
 export interface Observation {
@@ -18,6 +18,9 @@ export interface Observation {
   simhash: bigint;
   empty: boolean;
   chars: number;
+  failed: boolean;
+  shape: bigint;
+  pending: boolean;
 }
 
 export interface Reply {
@@ -37,15 +40,22 @@ export interface ToolRunEvidence {
   argsSimhash: bigint;
 }
 
-/** The new input of a call: observation_fp, observation_simhash, observation_empty, observation_chars. */
+/** The new input of a call: observation_fp, observation_simhash, observation_empty, observation_chars,
+ * observation_failed, observation_shape_fp, observation_pending. */
 export function observation(text: string): Observation {
   const norm = normalize(text);
   const stripped = normalize(withoutKeys(text));
+  const empty = isEmptyObservation(text);
+  const failed = isFailed(text);
   return {
     fp: norm ? cityHash64(utf8(norm)) : 0n,
     simhash: stripped ? wordShingleSimhashCI(stripped) : 0n,
-    empty: isEmptyObservation(text),
+    empty,
     chars: utf8(norm).length,
+    failed,
+    // a failure's (or "nothing"'s) key: read only for those, computed only for those
+    shape: norm && (failed || empty) ? cityHash64(utf8(digitsMasked(norm))) : 0n,
+    pending: isPending(text),
   };
 }
 
@@ -108,17 +118,20 @@ export function newInputText(messages: Message[]): string | undefined {
 
 /** `pending.evidence` of a check before a model call: its request and new input. */
 export interface ModelCallEvidence {
-  version: 1;
+  version: 2;
   request: string;
   input?: string;
   input_simhash?: string;
   input_empty?: boolean;
   input_chars?: number;
+  input_failed?: boolean;
+  input_shape?: string;
+  input_pending?: boolean;
 }
 
 /** `pending.evidence` of a check before a tool runs. */
 export interface ToolEvidence {
-  version: 1;
+  version: 2;
   tool: string;
   tool_args: string;
   tool_args_simhash: string;
@@ -135,6 +148,9 @@ export function modelCallEvidence(model: string | null | undefined, messages: Me
     out.input_simhash = o.simhash.toString();
     out.input_empty = o.empty;
     out.input_chars = o.chars;
+    out.input_failed = o.failed;
+    out.input_shape = o.shape.toString();
+    out.input_pending = o.pending;
   }
   return out;
 }

@@ -22,6 +22,15 @@ const EMPTY = new RegExp(
   + '|\\bno (results?|matches|documents?|items?|records?|entries|hits|data)\\b|\\bnot found\\b|\\bnothing (found|matched)\\b'
   + `|^${S}*(null|none|\\[${S}*\\]|\\{${S}*\\})?${S}*$`);
 
+// What came back says it failed (observation_failed) / that the work is still in progress (observation_pending):
+// RE2's `(?i)` as the `i` flag without `u` (ASCII case folding; RE2 also folds the Kelvin sign and the long s).
+const FAILED = new RegExp(
+  "\\b(error|exception|traceback|fatal|failed|failure|denied|not found|no such|cannot|can't|could not|unable to"
+  + '|invalid|unexpected|refused|timed out|not recognized)\\b|\\busage:|<returncode>[1-9]', 'i');
+const PENDING = new RegExp(
+  `\\b(status|state|phase)\\\\?"?${S}*[:=]${S}*\\\\?"?(queued|pending|running|in[ _-]?progress|processing|started`
+  + '|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\\b', 'i');
+
 /** A JSON object as its sorted key/value pairs; any other text as it is. */
 export function canonicalText(text: string): string {
   if (/^[{ \t\n\r\ufeff]/.test(text)) {
@@ -56,4 +65,14 @@ export function digitsMasked(text: string): string {
 /** The observation says "nothing" (no results, not found, empty, null); ASCII-only lowercase, as ClickHouse's. */
 export function isEmptyObservation(text: string): boolean {
   return text !== '' && EMPTY.test(text.replace(/[A-Z]+/g, (c) => c.toLowerCase()));
+}
+
+/** The text says it failed: an error, a traceback, a refusal, a non-zero return code. */
+export function isFailed(text: string): boolean {
+  return text !== '' && FAILED.test(text);
+}
+
+/** The text says the work is still in progress: a status of queued, running... */
+export function isPending(text: string): boolean {
+  return text !== '' && PENDING.test(text);
 }

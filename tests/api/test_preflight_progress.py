@@ -1,0 +1,134 @@
+"""The pre-flight check's progress memory (``detector/enforcement/preflight.py``): the app's fingerprints in
+``pending.evidence`` (the real SDK's, from the agent's own messages), a tool check naming what a tool will do and the
+next model call's check telling what came back, observed by the core's progress model before the call goes out.
+
+* A loop (the same tool call bringing back the same) is warned before the model call that follows its 3rd wasted
+  step, and refused by a blocking ``no_progress`` rule (the protect preset's: 4 wasted, exact) before the next one.
+* An honest agent (the same tool, something new back each time; a poll whose status moves) is allowed throughout.
+* A failure whose numbers change (a retry-after, a line number) is the same failure.
+* A model call whose check no tool check preceded completes no step (what was done is unknown).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from loop_detector_sdk.evidence.fingerprints import call_evidence, tool_run_evidence
+from loop_detector_sdk.evidence.messages import Message, Part
+from support.enforcement import make_config, uid
+
+from detector.enforcement.preflight import PendingWindows
+from detector.service.process import running_service
+from detector.settings.config import AppConfig, parse_config
+
+
+class Agent:
+    """An agent's conversation, and the checks its guard sends: before each model call, before each tool run."""
+
+    def __init__(self) -> None:
+        self.messages = [Message("system", (Part("text", "You fix builds."),)),
+                         Message("user", (Part("text", "Fix it."),))]
+
+    def model_check(self) -> dict:
+        return {"evidence": call_evidence("gpt-4o", self.messages).check_evidence()}
+
+    def tool_check(self, name: str, args: dict) -> dict:
+        text = json.dumps(args)
+        self.messages.append(Message("assistant", (Part("tool_call", name=name, arguments=text),)))
+        return {"tool_name": name, "evidence": tool_run_evidence(name, text)}
+
+    def result(self, text: str) -> None:
+        self.messages.append(Message("tool", (Part("tool_call_response", text),)))
+
+
+def run(windows: PendingWindows, rules, results: list[str], args=lambda i: {"path": "config.yaml"}) -> list[str]:
+    """The actions of the model calls' checks, one per step: a model call, its tool's check, the tool's result."""
+    agent, session, actions = Agent(), uid("pre"), []
+    for i, result in enumerate([*results, None]):
+        decided = windows.evaluate(session_id=session, trace_id=None, rules=rules, now_us=i,
+                                   evidence=agent.model_check()["evidence"])
+        actions.append(max((d.action for d in decided), key=["allow", "warn", "block"].index, default="allow"))
+        if result is None:
+            break
+        pending = agent.tool_check("read_file", args(i))
+        windows.evaluate(session_id=session, trace_id=None, rules=rules, now_us=i, tool_name="read_file",
+                         tool_evidence=int(pending["evidence"]["tool"]), evidence=pending["evidence"])
+        agent.result(result)
+    return actions
+
+
+DEFAULT = AppConfig().rules
+PROTECT = parse_config({"preset": "protect"}, "protect").rules
+NO_PROGRESS_BLOCK = [r for r in PROTECT if r.detector == "no_progress"]
+
+
+def test_a_loop_is_warned_before_the_call_after_its_third_wasted_step():
+    actions = run(PendingWindows(), DEFAULT, ["port: 8080"] * 6)
+    # checks 0 (the task) and 1 (the first read) complete no wasted step; 2, 3, 4: the 1st, 2nd, 3rd wasted
+    assert actions == ["allow", "allow", "allow", "allow", "warn", "warn", "warn"]
+
+
+def test_a_blocking_no_progress_rule_refuses_the_call_after_the_fourth():
+    actions = run(PendingWindows(), NO_PROGRESS_BLOCK, ["port: 8080"] * 6)
+    assert actions == ["allow", "allow", "allow", "allow", "warn", "block", "block"]
+
+
+def test_without_the_early_warning_only_the_rules_speak():
+    agent_actions = []
+    windows = PendingWindows()
+    session = uid("quiet")
+    agent = Agent()
+    for i in range(7):
+        decided = windows.evaluate(session_id=session, trace_id=None, rules=DEFAULT, now_us=i,
+                                   evidence=agent.model_check()["evidence"], early_warning=False)
+        agent_actions.append([d.action for d in decided])
+        pending = agent.tool_check("read_file", {"path": "config.yaml"})
+        windows.evaluate(session_id=session, trace_id=None, rules=DEFAULT, now_us=i, tool_name="read_file",
+                         evidence=pending["evidence"], early_warning=False)
+        agent.result("port: 8080")
+    assert not any(agent_actions)
+
+
+@pytest.mark.parametrize("results", [
+    ["the parser is a recursive descent one over tokens", "the lexer is table driven and reads bytes",
+     "settings come from a YAML file beside the binary", "plugins are found through entry points at start",
+     "the scheduler runs cron expressions in local time", "metrics are Prometheus counters and histograms"],
+    # (the same read, something new back each time)
+    ['{"status": "running"}'] * 6,  # a poll whose answer says the work is in progress
+], ids=["new-content", "polling"])
+def test_progress_is_allowed(results):
+    assert set(run(PendingWindows(), NO_PROGRESS_BLOCK + DEFAULT, results)) == {"allow"}
+
+
+def test_the_same_failure_with_other_numbers_is_the_same_failure():
+    results = [f"Error: rate limited, retry after {n} s (request {n * 31})" for n in (3, 7, 12, 20, 33, 41)]
+    assert run(PendingWindows(), DEFAULT, results)[-1] == "warn"
+
+
+def test_model_checks_alone_complete_no_step():
+    windows, agent, session = PendingWindows(), Agent(), uid("model-only")
+    for i in range(6):
+        assert not windows.evaluate(session_id=session, trace_id=None, rules=NO_PROGRESS_BLOCK, now_us=i,
+                                    evidence=agent.model_check()["evidence"])
+        agent.messages.append(Message("assistant", (Part("tool_call", name="read_file", arguments="{}"),)))
+        agent.result("port: 8080")
+
+
+def test_through_the_api_the_protect_preset_refuses_the_looping_call(tmp_path):
+    """A live service with the protect preset: the checks of a looping agent, content capture off, its guard's
+    fingerprints only: warned, then refused (429) before the model call that would be its 5th wasted one."""
+    config = make_config(preset="protect")
+    with running_service(config, tmp_path) as (_, eps):
+        agent, session, answers = Agent(), uid("api-loop"), []
+        for _ in range(7):
+            r = httpx.post(f"{eps.api}/v1/check", json={"session_id": session, "pending": agent.model_check()})
+            answers.append((r.status_code, r.json()["action"] if r.status_code == 200 else r.json()["error"]["reason"]))
+            pending = agent.tool_check("read_file", {"path": "config.yaml"})
+            # (the tool's own check: the protect preset's failure loop may refuse the same call repeated; this test
+            # is about the model call's check)
+            httpx.post(f"{eps.api}/v1/check", json={"session_id": session, "pending": pending})
+            agent.result("port: 8080")
+    assert answers[:4] == [(200, "allow")] * 4 and answers[4] == (200, "warn"), answers
+    assert (429, "no_progress") in answers[5:], answers
