@@ -1,6 +1,6 @@
 /**
- * The service's normalization of content, in the app: the materialized view's regular expressions
- * (`clickhouse/002_genai_calls.sql`, step 2c), in the same order, so that a normalized text here is byte for byte
+ * The service's normalization of content, in the app: the normalization's regular expressions
+ * (`clickhouse/genai_calls_normalized.sql.tmpl`, step 2c), in the same order, so that a normalized text here is byte for byte
  * the one the SQL hashes. Every pattern is ASCII-only (no `u` flag: `\d`, `\w`, `\b` are ASCII, as in RE2); RE2's
  * `\s` (`[\t\n\f\r ]`) is spelled out. The Python SDK's `loop_detector_sdk.evidence.normalize` is the same.
  */
