@@ -4,7 +4,9 @@ test starts on free ports, with sessions driven to each decision by real spans b
 inject, block), a session blocked by an admin, a revoked key, a $0 budget, and a trace whose first three identical
 requests the Python SDK sent (the TypeScript side sends the fourth, with its own fingerprint of the same request).
 A second service, ``loop-detector serve`` in a child process with ``api.require_api_token: always``, is there for
-the API token tests; its token is in the node process's ``$LOOP_DETECTOR_API_TOKEN``, which the SDK reads.
+the API token tests; its token is in the node process's ``$LOOP_DETECTOR_API_TOKEN``, which the SDK reads. A
+third, whose only rule is a blocking ``no_progress``, is there for the pre-flight progress test (the guards'
+fingerprints alone, no telemetry).
 
 Also: Python's ``js_number`` (the canonical fingerprint's numbers) against node's own ``String(x)`` on random
 doubles. Skipped only when node or npm is missing."""
@@ -55,8 +57,23 @@ def token_service(tmp_path_factory):
         yield proc.api
 
 
+NO_PROGRESS_ONLY = [{"name": "stop-no-progress", "detector": "no_progress", "action": "block",
+                     "params": {"wasted_calls": 3, "min_evidence": "exact"}}]
+
+
 @pytest.fixture(scope="module")
-def fixture_file(tmp_path_factory, built, token_service):
+def preflight_service(tmp_path_factory):
+    """``loop-detector serve`` whose only rule is a blocking ``no_progress`` (a child process), for the pre-flight
+    progress test: no span reaches it, only the guards' checks and their fingerprints."""
+    base = tmp_path_factory.mktemp("ts-preflight")
+    config = base / "config.yaml"
+    config.write_text(json.dumps({"rules": NO_PROGRESS_ONLY}))  # JSON is YAML
+    with ServeProcess(base / "data", config) as proc:
+        yield proc.api
+
+
+@pytest.fixture(scope="module")
+def fixture_file(tmp_path_factory, built, token_service, preflight_service):
     config = make_config(rules=RULES, budgets=BUDGETS, loop_detection=FAST_LEVELS)
     with running_service(config, tmp_path_factory.mktemp("ts")) as (service, eps):
         sessions, traces = {}, {}
@@ -85,7 +102,8 @@ def fixture_file(tmp_path_factory, built, token_service):
                 assert not d.blocked  # (the third is a warn: the notify rule watch-repeat)
         path = tmp_path_factory.mktemp("ts-fixture") / "fixture.json"
         path.write_text(json.dumps({"api": eps.api, "sessions": sessions, "traces": traces, "revokedKey": revoked,
-                                    "crossLanguage": cross, "tokenApi": token_service}))
+                                    "crossLanguage": cross, "tokenApi": token_service,
+                                    "preflightApi": preflight_service}))
         yield path
 
 

@@ -130,6 +130,50 @@ describe('Vercel AI SDK middleware', needsService, () => {
     assert.equal(blocked.reason, 'failure_loop');
   });
 
+  /** The Vercel agent with one guarded tool, against the service whose only rule is a blocking no_progress. */
+  async function preflightRun(results, steps) {
+    const guard = new LoopGuard({ endpoint: fixture.preflightApi, blocklistIntervalMs: null });
+    const sessionId = uid('pre');
+    const ran = [];
+    const tools = guardTools({
+      read_file: tool({
+        description: 'Read a file',
+        inputSchema: jsonSchema({ type: 'object', properties: { path: { type: 'string' } }, required: ['path'] }),
+        execute: async ({ path }) => { ran.push(path); return results[Math.min(ran.length, results.length) - 1]; },
+      }),
+    }, { guard, sessionId });
+    const inner = loopingModel();
+    const model = wrapLanguageModel({ model: inner, middleware: loopGuardMiddleware({ guard, sessionId }) });
+    let blocked;
+    try {
+      const result = await generateText({ model, prompt: 'Fix the config.', tools,
+        stopWhen: [stepCountIs(steps), loopBlocked] });
+      blocked = blockedIn(result.steps);
+    } catch (error) {
+      blocked = error;
+    }
+    return { ran, blocked, modelCalls: inner.doGenerateCalls.length };
+  }
+
+  test('pre-flight progress: the same read bringing back the same is refused on the guards\' fingerprints alone', async () => {
+    const { ran, blocked, modelCalls } = await preflightRun(['port: 80'], 12);
+    assert.ok(blocked instanceof LoopBlockedError, String(blocked));
+    assert.equal(blocked.reason, 'no_progress');
+    // three wasted steps (reads 2-4 bring back what read 1 did) make the loop: 4 reads ran, and the 5th model call
+    // is refused before it reaches the model (the checks decide, not spans: no telemetry reaches this service)
+    assert.equal(ran.length, 4);
+    assert.equal(modelCalls, 4);
+  });
+
+  test('pre-flight progress: the same read bringing back something new each time is never refused', async () => {
+    const contents = ['the parser is a recursive descent one over tokens', 'the lexer is table driven and reads bytes',
+      'settings come from a YAML file beside the binary', 'plugins are found through entry points at start',
+      'the scheduler runs cron expressions in local time', 'metrics are Prometheus counters and histograms'];
+    const { ran, blocked } = await preflightRun(contents, 6);
+    assert.equal(blocked, undefined, String(blocked));
+    assert.equal(ran.length, 6);
+  });
+
   test('no content leaves the app: every check carries fingerprints, never the prompt, tool input or results', async () => {
     const CANARY = 'CANARY-ts-7f3a9';
     const bodies = [];
