@@ -24,7 +24,7 @@ from detector.core.models import Call
 
 __all__ = [
     "EMPTY_REPLY", "ProgressStep", "STEP_FAILED_CALL", "STEP_REPLY", "STEP_TOOL", "answered_tool_step",
-    "failed_call_step", "has_outcome", "reply_step", "tool_step",
+    "failed_call_step", "has_outcome", "mix_fingerprints", "reply_step", "tool_step",
 ]
 
 STEP_TOOL: Final = 0
@@ -38,7 +38,7 @@ _MASK64: Final = 0xFFFF_FFFF_FFFF_FFFF
 _NO_NAMES: Final[tuple[str, ...]] = ()
 
 
-def _mix(values: list[int]) -> int:
+def mix_fingerprints(values: list[int]) -> int:
     """A stable 64-bit combination of fingerprints, in the order given; 0 (unknown) when any of them is."""
     acc = 0x9E37_79B9_7F4A_7C15
     for v in values:
@@ -141,7 +141,7 @@ def answered_tool_step(tools: list[Call], previous: Call | None, call: Call) -> 
     if len(fps) == 1:
         act, act_sim = fps[0], sims[0]
     else:
-        act, act_sim = _mix(fps), 0
+        act, act_sim = mix_fingerprints(fps), 0
     if not act and previous is not None and len(previous.out_tool_fps) == len(names) == 1:
         act, act_sim = previous.out_tool_fps[0], (previous.out_tool_arg_simhashes or (0,))[0]  # spans without args
     step = ProgressStep(STEP_TOOL, names, act, act_sim, call.observation_fp, call.observation_simhash,

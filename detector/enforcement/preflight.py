@@ -41,7 +41,7 @@ from loop_detector_sdk.fingerprint import canonical_json
 from detector.core.decisions import Decision
 from detector.core.progress import EVIDENCE_NAMES, EXACT, FUZZY, NONE, ProgressMemory
 from detector.core.rules import find_repeat
-from detector.core.steps import STEP_TOOL, ProgressStep
+from detector.core.steps import STEP_TOOL, ProgressStep, mix_fingerprints
 from detector.settings.loop_settings import Rule
 from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams, NoProgressParams
 from detector.settings.vocabulary import (
@@ -182,8 +182,7 @@ def completed_step(actions: list[PendingAction], evidence: dict[str, Any]) -> Pr
     if len(ordered) == 1:
         act, act_sim = ordered[0].act, ordered[0].act_sim
     else:
-        act = 0 if any(not a.act for a in ordered) else fingerprint_int(",".join(str(a.act) for a in ordered))
-        act_sim = 0
+        act, act_sim = mix_fingerprints([a.act for a in ordered]), 0
     failed = bool(evidence.get("input_failed") or evidence.get("input_empty"))
     step = ProgressStep(STEP_TOOL, tuple(a.name for a in ordered), act, act_sim, _u64(evidence.get("input")),
                         _u64(evidence.get("input_simhash")), int(evidence.get("input_chars") or 0),

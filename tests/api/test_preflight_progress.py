@@ -19,7 +19,8 @@ from loop_detector_sdk.evidence.fingerprints import call_evidence, tool_run_evid
 from loop_detector_sdk.evidence.messages import Message, Part
 from support.enforcement import make_config, uid
 
-from detector.enforcement.preflight import PendingWindows
+from detector.core.steps import mix_fingerprints
+from detector.enforcement.preflight import PendingAction, PendingWindows, completed_step
 from detector.service.process import running_service
 from detector.settings.config import AppConfig, parse_config
 
@@ -132,3 +133,15 @@ def test_through_the_api_the_protect_preset_refuses_the_looping_call(tmp_path):
             agent.result("port: 8080")
     assert answers[:4] == [(200, "allow")] * 4 and answers[4] == (200, "warn"), answers
     assert (429, "no_progress") in answers[5:], answers
+
+
+def test_a_step_of_several_tools_is_their_combined_action_as_the_spans_step_makes_it():
+    came_back = {"input": "77", "input_simhash": "5", "input_chars": 40}
+    one = completed_step([PendingAction("read_file", 11, 3)], came_back)
+    assert (one.names, one.act, one.act_sim, one.obs) == (("read_file",), 11, 3, 77)
+    both = completed_step([PendingAction("search", 22, 4), PendingAction("read_file", 11, 3)], came_back)
+    swapped = completed_step([PendingAction("read_file", 11, 3), PendingAction("search", 22, 4)], came_back)
+    assert both.names == swapped.names == ("read_file", "search") and both.act == swapped.act
+    assert both.act == mix_fingerprints([11, 22]) and both.act_sim == 0  # as detector.core.steps combines them
+    unknown = completed_step([PendingAction("search", 0, 4), PendingAction("read_file", 11, 3)], came_back)
+    assert unknown.act == 0  # one tool's action unknown: the run's action is unknown
