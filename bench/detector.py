@@ -49,15 +49,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_code_root()))
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
+from otlp_attributes import key_value  # noqa: E402
 
 from detector import native  # noqa: E402
 from detector.core.decisions import DecisionBook  # noqa: E402
 from detector.detection.job import DetectorJob  # noqa: E402
 from detector.ingest.otlp import decode_protobuf  # noqa: E402
-from detector.settings.config import AppConfig  # noqa: E402
-from detector.settings.service_settings import IngestSettings  # noqa: E402
+
+# (from config, where every checkout measured has them: --baseline runs this file against older code)
+from detector.settings.config import AppConfig, IngestSettings  # noqa: E402
 from detector.storage.schema import apply_schema  # noqa: E402
 from detector.storage.transport import ChdbStore  # noqa: E402
 
@@ -94,17 +95,6 @@ _SENTENCE = ("the agent reads the failing test then searches the repository for 
 _WORDS = tuple(_SENTENCE.split(" "))
 
 
-def _kv(key: str, value: object) -> KeyValue:
-    kv = KeyValue(key=key)
-    if isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, list):
-        for item in value:
-            kv.value.array_value.values.add(string_value=item)
-    else:
-        kv.value.string_value = str(value)
-    return kv
-
 
 def _text(rng: random.Random, size: int) -> str:
     out: list[str] = []
@@ -119,7 +109,7 @@ def new_spans(round_: int, sessions: int, content: bool, now_ns: int) -> Any:
     rng = random.Random(round_)
     request = ExportTraceServiceRequest()
     scope = request.resource_spans.add()
-    scope.resource.attributes.extend([_kv("service.name", "coding-agent"), _kv("telemetry.sdk.language", "python")])
+    scope.resource.attributes.extend([key_value("service.name", "coding-agent"), key_value("telemetry.sdk.language", "python")])
     spans = scope.scope_spans.add()
     spans.scope.name = "opentelemetry.instrumentation.openai_v2"
     for n in range(sessions):
@@ -131,10 +121,10 @@ def new_spans(round_: int, sessions: int, content: bool, now_ns: int) -> Any:
         span.start_time_unix_nano, span.end_time_unix_nano = start, start + 500_000_000
         span.name, span.kind = "chat gpt-4o-mini", trace_pb2.Span.SPAN_KIND_CLIENT
         span.attributes.extend([
-            _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.provider.name", "openai"),
-            _kv("gen_ai.request.model", "gpt-4o-mini"), _kv("gen_ai.response.model", "gpt-4o-mini"),
-            _kv("gen_ai.conversation.id", f"s{n}"), _kv("gen_ai.usage.input_tokens", 800 + 150 * round_),
-            _kv("gen_ai.usage.output_tokens", 60), _kv("gen_ai.response.finish_reasons", ["tool_calls"])])
+            key_value("gen_ai.operation.name", "chat"), key_value("gen_ai.provider.name", "openai"),
+            key_value("gen_ai.request.model", "gpt-4o-mini"), key_value("gen_ai.response.model", "gpt-4o-mini"),
+            key_value("gen_ai.conversation.id", f"s{n}"), key_value("gen_ai.usage.input_tokens", 800 + 150 * round_),
+            key_value("gen_ai.usage.output_tokens", 60), key_value("gen_ai.response.finish_reasons", ["tool_calls"])])
         if content:
             reply = "Let me read a.py again." if stuck else _text(rng, 250)
             messages = [{"role": "system", "parts": [{"type": "text", "content": _text(random.Random(n), 250)}]},
@@ -142,8 +132,8 @@ def new_spans(round_: int, sessions: int, content: bool, now_ns: int) -> Any:
             output = [{"role": "assistant", "finish_reason": "tool_calls", "parts": [
                 {"type": "text", "content": reply},
                 {"type": "tool_call", "id": "c1", "name": "read_file", "arguments": {"path": path}}]}]
-            span.attributes.extend([_kv("gen_ai.input.messages", json.dumps(messages)),
-                                    _kv("gen_ai.output.messages", json.dumps(output))])
+            span.attributes.extend([key_value("gen_ai.input.messages", json.dumps(messages)),
+                                    key_value("gen_ai.output.messages", json.dumps(output))])
     return decode_protobuf(request.SerializeToString(), IngestSettings(max_body_bytes=1 << 30), now_ns).spans.to_arrow()
 
 

@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from doc_sections import write_section  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
+from otlp_attributes import key_value  # noqa: E402
 
 from detector.ingest.otlp import TRACES_TABLE, decode_protobuf  # noqa: E402
 from detector.settings.service_settings import IngestSettings  # noqa: E402
@@ -76,21 +76,6 @@ def _text(rng: random.Random, size: int) -> str:
     return " ".join(out)
 
 
-def _kv(key: str, value: object) -> KeyValue:
-    kv = KeyValue(key=key)
-    if isinstance(value, bool):
-        kv.value.bool_value = value
-    elif isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, float):
-        kv.value.double_value = value
-    elif isinstance(value, list):
-        for item in value:
-            kv.value.array_value.values.add(string_value=item)
-    else:
-        kv.value.string_value = str(value)
-    return kv
-
 
 def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = None) -> list[bytes]:
     """Pre-encoded ExportTraceServiceRequest bodies of ``batch`` GenAI spans each."""
@@ -103,9 +88,9 @@ def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = Non
         req = ExportTraceServiceRequest()
         rs = req.resource_spans.add()
         rs.resource.attributes.extend([
-            _kv("service.name", "coding-agent"), _kv("service.version", "1.4.2"),
-            _kv("telemetry.sdk.name", "opentelemetry"), _kv("telemetry.sdk.language", "python"),
-            _kv("telemetry.sdk.version", "1.45.2"), _kv("deployment.environment", "prod")])
+            key_value("service.name", "coding-agent"), key_value("service.version", "1.4.2"),
+            key_value("telemetry.sdk.name", "opentelemetry"), key_value("telemetry.sdk.language", "python"),
+            key_value("telemetry.sdk.version", "1.45.2"), key_value("deployment.environment", "prod")])
         ss = rs.scope_spans.add()
         ss.scope.name, ss.scope.version = "opentelemetry.instrumentation.openai_v2", "2.1b0"
         for _ in range(min(batch, spans - made)):
@@ -122,12 +107,12 @@ def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = Non
                 tool = rng.choice(TOOLS)
                 span.name, span.kind = f"execute_tool {tool}", trace_pb2.Span.SPAN_KIND_INTERNAL
                 span.attributes.extend([
-                    _kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", tool),
-                    _kv("gen_ai.tool.call.id", f"call_{rng.randrange(10**12)}"), _kv("gen_ai.tool.type", "function"),
-                    _kv("gen_ai.tool.call.arguments", json.dumps({"path": f"src/module_{rng.randrange(40)}.py"})),
-                    _kv("gen_ai.conversation.id", conversation), _kv("loop_detector.virtual_key", "vk-team-a")])
+                    key_value("gen_ai.operation.name", "execute_tool"), key_value("gen_ai.tool.name", tool),
+                    key_value("gen_ai.tool.call.id", f"call_{rng.randrange(10**12)}"), key_value("gen_ai.tool.type", "function"),
+                    key_value("gen_ai.tool.call.arguments", json.dumps({"path": f"src/module_{rng.randrange(40)}.py"})),
+                    key_value("gen_ai.conversation.id", conversation), key_value("loop_detector.virtual_key", "vk-team-a")])
                 if rng.random() < 0.2:
-                    span.attributes.append(_kv("error.type", "FileNotFoundError"))
+                    span.attributes.append(key_value("error.type", "FileNotFoundError"))
                     span.status.code, span.status.message = trace_pb2.Status.STATUS_CODE_ERROR, "no such file"
             else:
                 span.name, span.kind = "chat gpt-4o", trace_pb2.Span.SPAN_KIND_CLIENT
@@ -136,17 +121,17 @@ def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = Non
                 output = [{"role": "assistant", "parts": [{"type": "text", "content": _text(rng, 250)}],
                            "finish_reason": "stop"}]
                 span.attributes.extend([
-                    _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.provider.name", "openai"),
-                    _kv("gen_ai.request.model", "gpt-4o"), _kv("gen_ai.response.model", "gpt-4o-2024-08-06"),
-                    _kv("gen_ai.request.temperature", 0.2), _kv("gen_ai.request.max_tokens", 1024),
-                    _kv("gen_ai.response.id", f"chatcmpl-{rng.randrange(10**15)}"),
-                    _kv("gen_ai.response.finish_reasons", ["stop"]),
-                    _kv("gen_ai.usage.input_tokens", rng.randrange(200, 6000)),
-                    _kv("gen_ai.usage.output_tokens", rng.randrange(10, 800)),
-                    _kv("gen_ai.conversation.id", conversation), _kv("server.address", "api.openai.com"),
-                    _kv("server.port", 443), _kv("loop_detector.virtual_key", "vk-team-a"),
-                    _kv("gen_ai.input.messages", json.dumps(messages)),
-                    _kv("gen_ai.output.messages", json.dumps(output))])
+                    key_value("gen_ai.operation.name", "chat"), key_value("gen_ai.provider.name", "openai"),
+                    key_value("gen_ai.request.model", "gpt-4o"), key_value("gen_ai.response.model", "gpt-4o-2024-08-06"),
+                    key_value("gen_ai.request.temperature", 0.2), key_value("gen_ai.request.max_tokens", 1024),
+                    key_value("gen_ai.response.id", f"chatcmpl-{rng.randrange(10**15)}"),
+                    key_value("gen_ai.response.finish_reasons", ["stop"]),
+                    key_value("gen_ai.usage.input_tokens", rng.randrange(200, 6000)),
+                    key_value("gen_ai.usage.output_tokens", rng.randrange(10, 800)),
+                    key_value("gen_ai.conversation.id", conversation), key_value("server.address", "api.openai.com"),
+                    key_value("server.port", 443), key_value("loop_detector.virtual_key", "vk-team-a"),
+                    key_value("gen_ai.input.messages", json.dumps(messages)),
+                    key_value("gen_ai.output.messages", json.dumps(output))])
                 span.status.code = trace_pb2.Status.STATUS_CODE_OK
             made += 1
         bodies.append(req.SerializeToString())

@@ -51,8 +51,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import httpx  # noqa: E402
 from doc_sections import write_section  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
+from otlp_attributes import key_value  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
 
 SECTION = "## Decision lag under load (bench/lag.py)"
@@ -64,14 +64,6 @@ _SENTENCE = ("read the failing test then search the repository for the helper it
 WORDS = tuple(_SENTENCE.split(" "))
 TOOLS = ("read_file", "search_code", "run_tests", "apply_patch")
 
-
-def _kv(key: str, value: object) -> KeyValue:
-    kv = KeyValue(key=key)
-    if isinstance(value, int):
-        kv.value.int_value = value
-    else:
-        kv.value.string_value = str(value)
-    return kv
 
 
 @dataclass
@@ -93,7 +85,7 @@ def plan(rate: int, seconds: float, sessions: int, start: float, rng: random.Ran
         end_ns = int(at * 1e9)
         req = ExportTraceServiceRequest()
         rs = req.resource_spans.add()
-        rs.resource.attributes.extend([_kv("service.name", "lag-bench"), _kv("loop_detector.virtual_key", "vk-a")])
+        rs.resource.attributes.extend([key_value("service.name", "lag-bench"), key_value("loop_detector.virtual_key", "vk-a")])
         ss = rs.scope_spans.add()
         ss.scope.name = "opentelemetry.instrumentation.openai_v2"
         for _ in range(per_request):
@@ -106,20 +98,20 @@ def plan(rate: int, seconds: float, sessions: int, start: float, rng: random.Ran
             if n % 3 == 2:
                 tool = TOOLS[n % len(TOOLS)]
                 span.name, span.kind = f"execute_tool {tool}", trace_pb2.Span.SPAN_KIND_INTERNAL
-                span.attributes.extend([_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", tool),
-                                        _kv("gen_ai.tool.call.arguments", json.dumps({"path": f"f{n % 7}.py"})),
-                                        _kv("gen_ai.conversation.id", f"lag-{session}")])
+                span.attributes.extend([key_value("gen_ai.operation.name", "execute_tool"), key_value("gen_ai.tool.name", tool),
+                                        key_value("gen_ai.tool.call.arguments", json.dumps({"path": f"f{n % 7}.py"})),
+                                        key_value("gen_ai.conversation.id", f"lag-{session}")])
             else:
                 text = " ".join(rng.choice(WORDS) for _ in range(30))
                 span.name, span.kind = "chat gpt-4o", trace_pb2.Span.SPAN_KIND_CLIENT
                 span.attributes.extend([
-                    _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.request.model", "gpt-4o"),
-                    _kv("gen_ai.usage.input_tokens", rng.randrange(200, 4000)),
-                    _kv("gen_ai.usage.output_tokens", rng.randrange(10, 400)),
-                    _kv("gen_ai.conversation.id", f"lag-{session}"),
-                    _kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [
+                    key_value("gen_ai.operation.name", "chat"), key_value("gen_ai.request.model", "gpt-4o"),
+                    key_value("gen_ai.usage.input_tokens", rng.randrange(200, 4000)),
+                    key_value("gen_ai.usage.output_tokens", rng.randrange(10, 400)),
+                    key_value("gen_ai.conversation.id", f"lag-{session}"),
+                    key_value("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [
                         {"type": "text", "content": text}]}])),
-                    _kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [
+                    key_value("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [
                         {"type": "text", "content": text[::-1]}], "finish_reason": "stop"}]))])
         out.append(Planned(at, req.SerializeToString(), per_request, first))
     return out

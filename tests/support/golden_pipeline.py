@@ -51,8 +51,7 @@ from detector.evaluation.emit import emit_call, scenario_duration_ns
 from detector.evaluation.recorded import Recording, load_recordings
 from detector.evaluation.simulate import start_run
 from detector.ingest.otlp import decode_json, decode_protobuf
-from detector.settings.config import AppConfig, parse_config
-from detector.settings.service_settings import IngestSettings
+from detector.settings.config import AppConfig, IngestSettings, parse_config  # (every release has them there)
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore
 
