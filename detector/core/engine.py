@@ -32,7 +32,7 @@ from detector.core.decisions import Decision
 from detector.core.escalation import LEVEL_RANK
 from detector.core.models import Call, Turn
 from detector.core.pricing import PriceBook
-from detector.core.progress import FUZZY
+from detector.core.progress import FUZZY, backoff
 from detector.core.publishing import changed_decisions, decision_for
 from detector.core.scope_scoring import ScopeScore, final_answer, score_turn
 from detector.core.scope_state import ScopeState
@@ -55,6 +55,7 @@ from detector.core.trips import (
 from detector.core.tuning import EngineTuning, ScoringTuning
 from detector.core.turn_view import turn_view
 from detector.settings.vocabulary import (
+    DETECTOR_FAILURE_LOOP,
     DETECTOR_NO_PROGRESS,
     DETECTOR_VELOCITY,
     LEVEL_THROTTLE,
@@ -237,6 +238,12 @@ class Engine:
             session.pending_tools.append(call)
             if tuning.progress and has_outcome(call):
                 self._observe(tool_step(call, session.wait_ns), both, call, tuning, out)
+            if not call.is_error and trace.failure.error_streak:
+                # a retry that succeeded: the failure loop ends at this step, not at the next model call
+                trace.failure.succeeded()
+                for rule in self.tuning.rules:
+                    if rule.enabled and rule.detector == DETECTOR_FAILURE_LOOP:
+                        evaluate_trace_rule(rule, trace, call, out.events)
             return
 
         # 4. a model call: its steps, then its score in each scope
@@ -247,6 +254,7 @@ class Engine:
         turn = Turn(call, trace.pending_tools, self.cost(call))
         trace.pending_tools = []
         previous = session.history[-1].call if session.history else None
+        session.waits_before = (session.waits_before[1], session.wait_ns)
         session.wait_ns = idle_wait(call, previous, session.pending_tools)
         if max(session.escalation.level, trace.escalation.level) == _THROTTLE:
             # the SDK slept the throttle delay before this call: the detector's own delay, not the agent waiting
@@ -274,7 +282,7 @@ class Engine:
         tools, errors = view.tools, view.error_fps if view.is_error else _NO_ERRORS
         if tuning.progress and trace.progress.last < FUZZY:
             tools = _NO_ERRORS
-        trace.failure.advance(tools, errors)
+        trace.failure.advance(tools, errors, waiting=backoff(*session.waits_before, session.wait_ns))
         for rule in self.tuning.rules:
             if not rule.enabled:
                 continue

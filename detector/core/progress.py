@@ -1,18 +1,21 @@
-"""Progress: a loop is a run of steps that bring nothing new.
+"""Progress: a loop is a run of steps that bring nothing new. Progress is a new outcome.
 
 No I/O. The model, in a paragraph (``docs/signals.md``, "Progress"):
 
 Each scope (a trace, a session) remembers its last :data:`MEMORY` steps (:mod:`detector.core.steps`: a tool run, a
-reply, a failed call). A step is **wasted** when that memory already holds the same action with the same outcome:
-exactly (equal normalized fingerprints), or near-exactly (SimHashes within :data:`NEAR_BITS`), or the same failure
-(the same tool failing, or coming back with "nothing", with the same text whatever its numbers and arguments). A
-**loop** is a run of consecutive wasted steps: :data:`RUN_TO_WARN` of them raise the early warning. Anything else is
-progress and ends the run: the same action bringing back something new (a poll whose status moved, the next page, a
-retry that worked), a new action, a new question answered.
+reply, a failed call). A step is **wasted** when the same action brings back what it brought back before (exactly,
+or near-exactly: SimHashes within :data:`NEAR_BITS`), or the same failure comes back whatever the arguments. A
+**change** (a new action that only acknowledges what it did) is judged by the check that follows it: when the check
+brings back exactly what it did before, the change took no effect, and inside a loop it is wasted too; when anything
+moved, it is progress. Steps that bring nothing of their own neither extend nor end a run: a change awaiting its
+check, a note, another question answered with nothing, a result saying the work is still in progress, a repeat after
+waits that grew, and the fixed overhead of a cycle (a failure, an acknowledgement) whose check brought back something
+of substance. A **loop** is a run of :data:`RUN_TO_WARN` wasted steps. Anything else is progress and ends the run.
 
 Every comparison gives an **evidence level**: ``EXACT``, ``FUZZY`` (near-exactly), ``SIZES`` (content capture off:
 the same tools bringing back the same amount, answered at the same length, to the token), ``STRUCTURE`` (only the
-same shape: never counted as wasted) or ``NONE``. Timing is not evidence: nothing here reads a clock.
+same shape: never counted as wasted) or ``NONE``. Timing is not evidence: nothing here reads a clock, except to see
+that the waits grow (backoff).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from detector.settings.vocabulary import EVIDENCE
 __all__ = [
     "BACKOFF_MIN_WAIT_NS", "BACKOFF_RATIO", "EVIDENCE_NAMES", "EXACT", "FUZZY", "MEMORY", "NEAR_BITS", "NONE",
     "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "STRUCTURE", "SUBSTANCE_CHARS",
-    "backing_off", "match", "same_call_near_result", "same_call_same_result", "same_failure", "same_reply", "same_sizes",
-    "shifted_call_same_content",
+    "backing_off", "backoff", "match", "reworded_nothing", "same_call_near_result", "same_call_same_result",
+    "same_failure", "same_reply", "same_sizes", "shifted_call_same_content",
 ]
 
 # Evidence levels, weakest first (their names are the vocabulary's EVIDENCE_* words, in this order).
@@ -63,8 +66,8 @@ SIZES_REPLY_SLACK: Final = 2
 # Backoff: an agent that waits longer and longer between the same steps (2 s, 4 s, 8 s) is waiting for the world, not
 # looping. Its idle waits (between a result and the next model call: never the model's or a tool's own time, nor the
 # detector's own throttle delay) grew by this factor twice in a row, from at least BACKOFF_MIN_WAIT_NS: waits of a
-# fraction of a second jitter (an SDK waiting for a detection cycle) and prove nothing. A constant wait (a fixed poll
-# interval) is no evidence either way.
+# fraction of a second jitter (an SDK waiting for a detection cycle) and prove nothing, and one longer wait is a
+# pause, not a backoff. A constant wait (a fixed poll interval) is no evidence either way.
 BACKOFF_RATIO: Final = 1.5
 BACKOFF_MIN_WAIT_NS: Final = 1_000_000_000
 
@@ -114,12 +117,20 @@ def _sizes(a: ProgressStep, b: ProgressStep) -> int:
 
 
 def same_failure(a: ProgressStep, b: ProgressStep) -> int:
-    """The same failure, or the same "nothing", again, whatever the arguments: a prose paragraph sent as a shell command
-    and reworded each time, with the same bash error back. From another tool (another search engine, the same empty
-    answer) it is near enough. Another failure is something new."""
+    """The same failure again, whatever the arguments: a prose paragraph sent as a shell command and reworded each time,
+    with the same bash error back. From another tool it is near enough. Another failure is something new."""
     if not (a.failure and a.failure == b.failure):
         return NONE
     return EXACT if a.names == b.names else FUZZY
+
+
+def reworded_nothing(a: ProgressStep, b: ProgressStep) -> int:
+    """The same question reworded (arguments within ``NEAR_BITS`` but for their numbers), "nothing" again: a search
+    rephrased with the same empty answer. Another question answered with nothing (seven names checked, seven ``[]``)
+    asked something new."""
+    if not (a.nothing and b.nothing) or a.kind != STEP_TOOL or a.names != b.names or (a.act and a.act == b.act):
+        return NONE
+    return FUZZY if _compare(a.act, b.act, a.act_sim, b.act_sim, NEAR_BITS) == _NEAR else NONE
 
 
 def same_call_same_result(a: ProgressStep, b: ProgressStep) -> int:
@@ -143,7 +154,7 @@ def shifted_call_same_content(a: ProgressStep, b: ProgressStep) -> int:
     same content, or nearly: ``read_file(offset=120)`` after ``offset=100`` over lines already read. A short
     acknowledgement of another number ("waited 4s" after "waited 2s") is another request answered; arguments that
     were not captured, with the same result, are as near as can be told."""
-    if a.kind != STEP_TOOL or a.names != b.names or (a.act and a.act == b.act):
+    if a.kind != STEP_TOOL or a.names != b.names or (a.act and a.act == b.act) or a.ack or a.nothing:
         return NONE
     action = _compare(a.act, b.act, a.act_sim, b.act_sim, 0)
     outcome = _compare(a.obs, b.obs, a.obs_sim, b.obs_sim, NEAR_BITS)
@@ -182,15 +193,14 @@ def same_sizes(a: ProgressStep, b: ProgressStep) -> int:
     return _sizes(a, b)
 
 
-RULES: Final = (same_failure, same_call_same_result, same_call_near_result, shifted_call_same_content, same_reply,
-                same_sizes)
+RULES: Final = (same_failure, reworded_nothing, same_call_same_result, same_call_near_result,
+                shifted_call_same_content, same_reply, same_sizes)
 
 
 def match(a: ProgressStep, b: ProgressStep) -> int:
     """How strongly step ``a`` repeats the earlier step ``b`` without progress: the strongest rule's evidence level
-    (``NONE``: it does not, or something new came back). A result that says the work is still in progress is never
-    wasted: asking again is polling, the world has to move."""
-    if a.kind != b.kind or a.pending:
+    (``NONE``: it does not, or something new came back)."""
+    if a.kind != b.kind:
         return NONE
     best = NONE
     for rule in RULES:
@@ -200,55 +210,107 @@ def match(a: ProgressStep, b: ProgressStep) -> int:
     return best
 
 
-def backing_off(steps: list[ProgressStep]) -> bool:
-    """Whether the waits before the last three steps grew by ``BACKOFF_RATIO`` twice, from at least
-    ``BACKOFF_MIN_WAIT_NS``."""
-    n = len(steps)
-    if n < 3:
+def _same_outcome(step: ProgressStep, earlier: ProgressStep | None) -> bool:
+    """The same action brought back exactly what it brought back before: a check whose outcome did not move."""
+    return (earlier is not None and step.names == earlier.names and bool(step.act) and step.act == earlier.act
+            and step.obs == earlier.obs and step.failure == earlier.failure)
+
+
+def _overhead(step: ProgressStep, steps: list[ProgressStep], prior: int) -> bool:
+    """Whether a repeat of the step at ``prior`` is the fixed overhead of a cycle: it brings back no outcome of its own
+    (an acknowledgement, "nothing", or the same failure as another action's), and a step since brought back something
+    of substance, or something new. The same action failing the same way is the outcome itself (a check that fails)."""
+    if step.substantive or (step.failure and prior >= 0 and steps[prior].act == step.act != 0):
         return False
-    first, second, third = steps[n - 3].wait_ns, steps[n - 2].wait_ns, steps[n - 1].wait_ns
-    return first >= BACKOFF_MIN_WAIT_NS and second >= BACKOFF_RATIO * first and third >= BACKOFF_RATIO * second
+    for i in range(max(prior + 1, 0), len(steps) - 1):
+        earlier = steps[i]
+        if earlier.fresh or (earlier.substantive and earlier.known):
+            return True
+    return False
+
+
+def backoff(first_ns: int, second_ns: int, third_ns: int) -> bool:
+    """Whether three waits in a row grew by ``BACKOFF_RATIO`` twice, from at least ``BACKOFF_MIN_WAIT_NS``."""
+    return first_ns >= BACKOFF_MIN_WAIT_NS and second_ns >= BACKOFF_RATIO * first_ns and third_ns >= BACKOFF_RATIO * second_ns
+
+
+def backing_off(steps: list[ProgressStep]) -> bool:
+    """Whether the waits before the last three steps grew (:func:`backoff`)."""
+    n = len(steps)
+    return n >= 3 and backoff(steps[n - 3].wait_ns, steps[n - 2].wait_ns, steps[n - 1].wait_ns)
 
 
 class ProgressMemory:
     """A scope's memory of its last :data:`MEMORY` steps, and its current run of wasted steps."""
 
-    __slots__ = ("steps", "run", "exact", "strong", "top", "last")
+    __slots__ = ("steps", "run", "exact", "strong", "top", "last", "changes")
 
     def __init__(self, steps: list[ProgressStep] | None = None, run: int = 0, exact: int = 0, strong: int = 0,
-                 top: int = NONE, last: int = NONE) -> None:
+                 top: int = NONE, last: int = NONE, changes: int = 0) -> None:
         self.steps: list[ProgressStep] = [] if steps is None else steps
         self.run = run  # consecutive wasted steps (sizes evidence or better)
         self.exact = exact  # of which with exact evidence
         self.strong = strong  # of which with fuzzy evidence or better
         self.top = top  # the strongest evidence in the run
         self.last = last  # the latest step's evidence
+        self.changes = changes  # changes made since the last outcome (new actions only acknowledged)
 
     def observe(self, step: ProgressStep) -> int:
-        """Compare a new step with the memory, remember it, and extend or end the run; returns its evidence."""
+        """Compare a new step with the memory, remember it, and extend, leave or end the run; returns its evidence
+        (``NONE`` for a step that made progress or was neutral).
+
+        - A repeat (:func:`match`) is wasted, but: after a change, only a check that brought back exactly what it
+          did before is (anything that moved, if only by its numbers, shows the change took effect: progress); and a
+          repeat that brings back no outcome of its own after steps that brought back something of substance is the
+          fixed overhead of a cycle judged by that substance (:func:`_overhead`): neutral. Inside a loop, a wasted
+          check wastes the changes made since it last ran too.
+        - A step waiting for the world (it says the work is in progress; the waits grew) is neutral.
+        - A new action that only acknowledges what it did is a change, neutral until its check; one that brings back
+          "nothing" (a note, another question with no answer) is neutral.
+        - Anything else is progress and ends the run."""
+        steps = self.steps
         best = NONE
-        for earlier in self.steps:
-            level = match(step, earlier)
+        prior = -1  # the latest step it repeats
+        for i in range(len(steps) - 1, -1, -1):
+            level = match(step, steps[i])
             if level > best:
                 best = level
-        self.steps.append(step)
-        if len(self.steps) > MEMORY:
-            del self.steps[0]
-        if best >= SIZES and backing_off(self.steps):
-            best = NONE  # polling with backoff: the world, not the agent, has to move
+            if prior < 0 and level >= SIZES:
+                prior = i
+        steps.append(step)
+        if len(steps) > MEMORY:
+            del steps[0]
+            prior -= 1
+        if best < SIZES:
+            if step.ack:
+                self.changes += 1
+            elif not step.nothing:
+                self._progress(step)
+            return NONE
+        if step.pending or backing_off(steps):
+            return NONE
+        if self.changes and not _same_outcome(step, steps[prior] if prior >= 0 else None):
+            self._progress(step)
+            return NONE
+        if _overhead(step, steps, prior):
+            return NONE
+        wasted = 2 if self.run and self.changes else 1
+        self.changes = 0
         self.last = best
-        if best < SIZES:  # progress (structure alone is no evidence of waste)
-            self.run = self.exact = self.strong = 0
-            self.top = NONE
-            return best
-        self.run += 1
+        self.run += wasted
         if best == EXACT:
-            self.exact += 1
+            self.exact += 1  # (the changes' waste is inferred from the check: not exact evidence of their own)
         if best >= FUZZY:
-            self.strong += 1
+            self.strong += wasted
         if best > self.top:
             self.top = best
         return best
+
+    def _progress(self, step: ProgressStep) -> None:
+        step.fresh = True
+        self.last = NONE
+        self.run = self.exact = self.strong = self.changes = 0
+        self.top = NONE
 
     def absorb(self, other: ProgressMemory) -> None:
         """Take the steps of another memory of the same scope (a trace's calls, scored under the trace id before its
@@ -267,11 +329,11 @@ class ProgressMemory:
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": [s.to_list() for s in self.steps], "run": self.run, "exact": self.exact,
-                "strong": self.strong, "top": self.top, "last": self.last}
+                "strong": self.strong, "top": self.top, "last": self.last, "changes": self.changes}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProgressMemory:
         return cls([ProgressStep.from_list(s) for s in data.get("steps", [])], int(data.get("run", 0)),
                    int(data.get("exact", 0)), int(data.get("strong", 0)), int(data.get("top", 0)),
-                   int(data.get("last", 0)))
+                   int(data.get("last", 0)), int(data.get("changes", 0)))
 

@@ -122,12 +122,19 @@ class FailureStreak:
         self.error_fps = [] if error_fps is None else error_fps
         self.error_streak = error_streak
 
-    def advance(self, tools: frozenset[int], errors: frozenset[int]) -> tuple[int, int]:
+    def advance(self, tools: frozenset[int], errors: frozenset[int], waiting: bool = False) -> tuple[int, int]:
         """Account one turn from its (non-zero) tool-call fingerprints and, when it failed, its error fingerprints
-        (``TurnView.tools`` and ``TurnView.error_fps``); returns ``(tool_streak, error_streak)``."""
+        (``TurnView.tools`` and ``TurnView.error_fps``); returns ``(tool_streak, error_streak)``. ``waiting``: the
+        agent waited longer before this turn than before the last (backoff): a failure then does not extend the
+        error streak (nor ends it)."""
         self.tool_fps, self.tool_streak = _next_streak(tools, self.tool_fps, self.tool_streak)
-        self.error_fps, self.error_streak = _next_streak(errors, self.error_fps, self.error_streak)
+        if not (waiting and errors):
+            self.error_fps, self.error_streak = _next_streak(errors, self.error_fps, self.error_streak)
         return self.tool_streak, self.error_streak
+
+    def succeeded(self) -> None:
+        """A tool of the trace succeeded (its span arrived before the next model call): the error streak ends."""
+        self.error_fps, self.error_streak = [], 0
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -104,6 +104,7 @@ class ScopeState:
     instruction: str = ""
     pending_tools: list[Call] = field(default_factory=list)
     wait_ns: int = 0  # how long the agent waited before its latest model call (the steps it asked for carry it)
+    waits_before: tuple[int, int] = (0, 0)  # and before the two model calls before it (backoff: detector.core.progress)
     published: tuple[Any, ...] | None = None  # the last decision handed out (not persisted)
     progress: ProgressMemory = field(default_factory=ProgressMemory)  # progress evidence: the last steps, the early warning
     evidence: str = "none"  # what the scope's current escalation rests on (detector.core.progress)
@@ -156,6 +157,7 @@ class ScopeState:
         self.instruction = instruction
         self.pending_tools = [] if pending_tools is None else pending_tools
         self.wait_ns = wait_ns
+        self.waits_before = (0, 0)
         self.published = published
         self.progress = ProgressMemory() if progress is None else progress
         self.evidence = evidence
@@ -193,6 +195,7 @@ class ScopeState:
             "instruction": self.instruction,
             "pending_tools": [call_to_compact(c) for c in self.pending_tools],
             "wait_ns": self.wait_ns,
+            "waits_before": list(self.waits_before),
             "last_seen_us": self.last_seen_us,
             "progress": self.progress.to_json(),
             "evidence": self.evidence,
@@ -229,6 +232,8 @@ class ScopeState:
         state.instruction = data["instruction"]
         state.pending_tools = [call_from_compact(c) for c in data["pending_tools"]]
         state.wait_ns = int(data.get("wait_ns", 0))
+        before = data.get("waits_before") or (0, 0)
+        state.waits_before = (int(before[0]), int(before[1]))
         state.last_seen_us = int(data.get("last_seen_us", 0))
         if "progress" in data:  # states checkpointed before progress evidence have none: they start afresh
             state.progress = ProgressMemory.from_json(data["progress"])

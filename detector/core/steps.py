@@ -52,7 +52,7 @@ class ProgressStep:
     """One step, as the progress memory compares it. Every fingerprint is 0 when unknown."""
 
     __slots__ = ("kind", "names", "act", "act_sim", "obs", "obs_sim", "obs_chars", "failure", "added", "out_tokens",
-                 "wait_ns", "request", "pending")
+                 "wait_ns", "request", "pending", "nothing", "ack", "fresh")
 
     def __init__(self, kind: int, names: tuple[str, ...], act: int, act_sim: int, obs: int, obs_sim: int,
                  obs_chars: int, failure: int, added: int = -1, out_tokens: int = 0, wait_ns: int = 0) -> None:
@@ -63,17 +63,26 @@ class ProgressStep:
         self.obs = obs  # what came back, exactly: the normalized result; for a reply, its new input
         self.obs_sim = obs_sim  # what came back, as a SimHash of its words
         self.obs_chars = obs_chars  # how long what came back is, normalized
-        self.failure = failure  # a failure or "nothing" came back: its key, numbers aside (0: it did not fail)
+        self.failure = failure  # a failure came back: its key, numbers aside (0: it did not fail)
         self.added = added  # sizes: tokens the next context grew by besides the previous reply (-1: unknown)
         self.out_tokens = out_tokens  # sizes: the reply's tokens
         self.wait_ns = wait_ns  # how long the agent waited, idle, before the model call that took this step
         self.request = 0  # sizes: a reply's request fingerprint (content capture off: model, context size, parameters)
         self.pending = False  # what came back says the work is still in progress (a status of running, queued...)
+        self.nothing = False  # what came back is "nothing": empty, no results, not found
+        self.ack = False  # what came back only acknowledges what was done ("File created", True)
+        self.fresh = False  # (set by the memory) this step brought a new outcome: it made progress
 
     @property
     def outcome_known(self) -> bool:
         """Content tells what came back (a result, a reply, or a failure)."""
         return bool(self.obs or self.failure) if self.kind != STEP_REPLY else bool(self.act)
+
+    @property
+    def substantive(self) -> bool:
+        """What came back is an outcome of substance: a result of the tool's own (not a failure, "nothing", an
+        acknowledgement or a status in progress), a reply; or, content capture off, not known (sizes)."""
+        return not (self.failure or self.nothing or self.ack or self.pending)
 
     @property
     def known(self) -> bool:
@@ -82,7 +91,8 @@ class ProgressStep:
 
     def to_list(self) -> list[Any]:
         return [self.kind, list(self.names), self.act, self.act_sim, self.obs, self.obs_sim, self.obs_chars,
-                self.failure, self.added, self.out_tokens, self.wait_ns, self.request, self.pending]
+                self.failure, self.added, self.out_tokens, self.wait_ns, self.request, self.pending, self.nothing,
+                self.ack, self.fresh]
 
     @classmethod
     def from_list(cls, data: list[Any]) -> ProgressStep:
@@ -90,16 +100,28 @@ class ProgressStep:
                    int(data[5]), int(data[6]), int(data[7]), int(data[8]), int(data[9]), int(data[10]))
         step.request = int(data[11])
         step.pending = bool(data[12])
+        if len(data) > 13:  # (a state saved before these three were kept reads them as False)
+            step.nothing, step.ack, step.fresh = bool(data[13]), bool(data[14]), bool(data[15])
         return step
 
 
 def _failure(call: Call) -> int:
-    """The key of a failure (or of "nothing") that came back, numbers aside; 0 when it did not fail."""
+    """The key of a failure that came back, numbers aside; 0 when it did not fail."""
     if call.is_error:
         return call.error_fp or 1
-    if call.observation_failed or call.observation_empty:
-        return call.observation_shape_fp
+    if call.observation_failed and not call.observation_ack:  # an acknowledgement's snippet may say "error"
+        return call.observation_shape_fp or 1
     return 0
+
+
+def _outcome(step: ProgressStep, call: Call) -> ProgressStep:
+    """What else ``call`` (its result, or its new input) says came back: "nothing", an acknowledgement, a status in
+    progress."""
+    if not step.failure:
+        step.nothing = call.observation_empty
+        step.ack = call.observation_ack and not step.nothing
+        step.pending = call.observation_pending
+    return step
 
 
 def has_outcome(tool: Call) -> bool:
@@ -115,8 +137,7 @@ def tool_step(tool: Call, wait_ns: int = 0) -> ProgressStep:
     step = ProgressStep(STEP_TOOL, (tool.tool_name,), tool.args_fp, tool.args_simhash,
                         0 if tool.is_error else tool.observation_fp, 0 if tool.is_error else tool.observation_simhash,
                         tool.observation_chars, _failure(tool), -1, 0, wait_ns)
-    step.pending = tool.observation_pending and not tool.is_error
-    return step
+    return _outcome(step, tool)
 
 
 def answered_tool_step(tools: list[Call], previous: Call | None, call: Call) -> ProgressStep:
@@ -146,8 +167,7 @@ def answered_tool_step(tools: list[Call], previous: Call | None, call: Call) -> 
         act, act_sim = previous.out_tool_fps[0], (previous.out_tool_arg_simhashes or (0,))[0]  # spans without args
     step = ProgressStep(STEP_TOOL, names, act, act_sim, call.observation_fp, call.observation_simhash,
                         call.observation_chars, _failure(call), _added(call, previous), max(0, call.output_tokens))
-    step.pending = call.observation_pending
-    return step
+    return _outcome(step, call)
 
 
 def reply_step(call: Call, previous: Call | None) -> ProgressStep:

@@ -69,8 +69,14 @@ def test_the_same_failure_is_exact_whatever_the_arguments_and_fuzzy_from_another
     assert match(tool(act=1, obs=10, failure=77), tool(act=1, obs=12, failure=78)) == NONE  # another failure
 
 
-def test_a_status_still_in_progress_asked_again_is_polling():
-    assert match(tool(act=1, obs=10, pending=True), tool(act=1, obs=10, pending=True)) == NONE
+def test_a_status_still_in_progress_asked_again_is_polling_neither_waste_nor_progress():
+    memory = ProgressMemory()
+    levels = [memory.observe(tool(act=1, obs=10, pending=True)) for _ in range(6)]
+    assert levels == [NONE] * 6 and memory.run == 0 and memory.flag == NONE
+    memory.observe(tool(act=2, obs=20))
+    memory.observe(tool(act=2, obs=20))  # a wasted step, then polls: they do not end the run either
+    memory.observe(tool(act=1, obs=10, pending=True))
+    assert memory.run == 1
 
 
 def test_replies_repeat_to_nothing_new_but_not_to_a_new_question():

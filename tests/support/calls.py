@@ -85,10 +85,10 @@ def agent_llm(i: int, *, trace="t1", session="s1", t0=T0, at=None, duration=0.8,
 
 def agent_tool(i: int, name: str, *, trace="t1", t0=T0, at=None, duration=0.1, args=1, result=0, result_sim=0,
                result_chars=300, empty=False, error=0, args_sim=0, content=True, failed=False, shape=0,
-               pending=False) -> Call:
+               pending=False, ack=False) -> Call:
     """An execute_tool span with the progress fingerprints (``args``/``result`` normalized; 0: not captured;
     ``failed``: the result says it failed, ``shape``: the result with its numbers replaced, ``pending``: it says the
-    work is still in progress)."""
+    work is still in progress, ``ack``: it only acknowledges what was done, ``empty``: it says "nothing")."""
     ts = t0 + int((at if at is not None else i * 3.0 + 1.0) * 1e9)
     return Call(
         ts_ns=ts, end_ns=ts + int(duration * 1e9), trace_id=trace, span_id=f"{trace}-tool-{i:04d}", session_id=trace,
@@ -99,5 +99,5 @@ def agent_tool(i: int, name: str, *, trace="t1", t0=T0, at=None, duration=0.1, a
         observation_chars=result_chars if content and result and not error else 0,
         observation_empty=empty and content, is_error=bool(error), error_fp=error, error_type="E" if error else "",
         observation_failed=failed and content, observation_shape_fp=(shape or result) if content else 0,
-        observation_pending=pending and content,
+        observation_pending=pending and content, observation_ack=ack and content,
     )
