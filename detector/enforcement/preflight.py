@@ -217,10 +217,11 @@ class PendingWindows:
                  base: Decision | None = None, evidence: dict[str, Any] | None = None,
                  early_warning: bool = True) -> list[Decision]:
         """Record the pending call and return the decisions of the rules it trips (none: it may proceed); ``rules``:
-        the configuration's, as the engine plans them. The tool call is compared by name + canonical arguments: ``tool_arguments`` when the client sent them, else the app's
-        own fingerprint of them (``tool_evidence``, ``evidence.tool`` of the check: the SDKs send no arguments).
-        ``evidence``: the check's ``pending.evidence``, for the progress memory (``early_warning``: whether a run of
-        wasted steps warns, as ``loop_detection.progress.early_warning`` says)."""
+        the configuration's, as the engine plans them. The tool call is compared by name + canonical arguments:
+        ``tool_arguments`` when the client sent them, else the app's own fingerprint of them (``tool_evidence``,
+        ``evidence.tool`` of the check: the SDKs send no arguments). ``evidence``: the check's ``pending.evidence``,
+        for the progress memory (``early_warning``: whether a run of wasted steps warns, as
+        ``loop_detection.progress.early_warning`` says)."""
         rules = [r for r in rules if r.enabled and r.mode == MODE_ENFORCE and r.detector in PENDING_DETECTORS]
         key = self.key(session_id, trace_id)
         req_fp = fingerprint_int(request_fingerprint) if request_fingerprint else 0

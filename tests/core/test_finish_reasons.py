@@ -1,5 +1,5 @@
-"""The finish reasons that say a model call asked for tools (``TOOL_CALL_FINISHES``, ``detector/settings/vocabulary.py``)
-read alike wherever the core reads them: which steps a call completes (``detector/core/engine.py``) and whether a call
+"""The finish reasons that say a model call asked for tools (``TOOL_CALL_FINISHES``,
+``detector/settings/vocabulary.py``) read alike wherever the core reads them: which steps a call completes (``detector/core/engine.py``) and whether a call
 is a final answer (``detector/core/scope_scoring.py``). Content capture off: no tool names, no output, only the finish
 reason says what the model did, as the Vercel AI SDK's ``tool-calls`` does."""
 
