@@ -63,13 +63,14 @@ from detector.settings.vocabulary import (
     SCOPE_SESSION,
     SCOPE_TRACE,
     SESSION_SOURCE_TRACE,
+    TOOL_CALL_FINISHES,
 )
 
 __all__ = ["CycleOutput", "Engine", "in_span_order", "span_order"]
 
 _NO_ERRORS: Final[frozenset[int]] = frozenset()
 _THROTTLE: Final = LEVEL_RANK[LEVEL_THROTTLE]
-_TOOL_FINISHES: Final = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
+_TOOL_FINISHES: Final[frozenset[str]] = TOOL_CALL_FINISHES  # a compiled constant (an imported name is a dict lookup)
 _OUTPUT_MARKS = itertools.count(1)
 
 

@@ -36,13 +36,14 @@ from detector.settings.vocabulary import (
     EVIDENCE_NONE,
     LEVEL_INJECT,
     SIGNAL_NAMES,
+    TOOL_CALL_FINISHES,
 )
 
 __all__ = ["ScopeScore", "final_answer", "loop_confidence", "score_turn"]
 
 _ZERO_NAMED: Final[dict[str, float]] = dict.fromkeys(SIGNAL_NAMES, 0.0)
 _SIGNAL_NAMES: Final[tuple[str, ...]] = SIGNAL_NAMES  # a compiled constant (an imported name is a dict lookup)
-_TOOL_FINISHES: Final = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
+_TOOL_FINISHES: Final[frozenset[str]] = TOOL_CALL_FINISHES  # a compiled constant (an imported name is a dict lookup)
 _TOKEN_VELOCITY: Final = 4  # indices in SignalValues (SIGNAL_NAMES order): compiled, cheaper than a field name
 _COST_VELOCITY: Final = 6
 

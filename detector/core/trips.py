@@ -2,8 +2,9 @@
 
 No I/O. The trace rules (exact prompt repeat, per-trace caps, the failure loop breaker) and the key's velocity circuit
 breaker are evaluated on every model call; the no_progress rule and the early warning on every step, in the session
-and in the trace (``detector.core.progress``). A trip is recorded on the scope it concerns; its decision comes from
-``detector.core.publishing``.
+and in the trace (``detector.core.progress``). Whether a rule trips is asked of ``detector.core.trip_conditions``
+(as the pre-flight check asks it); this module keeps the scope's trips and their events. A trip is recorded on the
+scope it concerns; its decision comes from ``detector.core.publishing``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 from detector.core.events import event_row
 from detector.core.models import Call, Turn
 from detector.core.progress import EVIDENCE_NAMES
-from detector.core.rules import VelocityState, cap_reached, failure_kind, find_repeat
+from detector.core.rules import VelocityState, cap_reached
 from detector.core.scope_state import RuleTrip, ScopeState
+from detector.core.trip_conditions import failure_trip, no_progress_trip, repeat_trip, wasted_run
 from detector.core.tuning import PlannedRule
 from detector.settings.vocabulary import (
     ACTION_ALLOW,
@@ -77,18 +79,16 @@ def evaluate_trace_rule(rule: PlannedRule, trace: ScopeState, call: Call, events
     """An exact prompt repeat, a per-trace cap or the failure loop breaker, on the trace of a model call."""
     detail = ""
     if rule.detector == DETECTOR_EXACT_PROMPT_REPEAT:
-        match = find_repeat(trace.request_fps, rule.window, rule.repeats)
-        tripped = match is not None
-        if match and rule.name not in trace.trips:  # the message of a new trip (a loop trips call after call)
-            detail = f"cycle of {match[0]} call(s) repeated {match[1]} times"
+        repeat = repeat_trip(rule, trace.request_fps)
+        tripped = repeat is not None
+        if repeat is not None and rule.name not in trace.trips:  # the message of a new trip (it trips call after call)
+            detail = f"cycle of {repeat.cycle_length} call(s) repeated {repeat.copies} times"
     elif rule.detector == DETECTOR_TRACE_CAP:
         tripped = cap_reached(trace.calls, trace.cost_usd, trace.tokens, rule.unit, rule.threshold)
         if tripped and rule.name not in trace.trips:
             detail = f"{rule.unit} cap {rule.threshold:g} reached"
     elif rule.detector == DETECTOR_FAILURE_LOOP:
-        failure = trace.failure
-        kind = failure_kind(failure.tool_streak, failure.error_streak, rule.same_tool_repeats,
-                            rule.same_error_repeats)
+        kind = failure_trip(rule, trace.failure.tool_streak, trace.failure.error_streak)
         tripped = kind is not None
         detail = kind or ""
     else:
@@ -117,15 +117,15 @@ def evaluate_velocity(rule: PlannedRule, key: ScopeState, turn: Turn, tpm_limit:
 
 def evaluate_no_progress(rule: PlannedRule, st: ScopeState, call: Call, events: list[dict[str, Any]]) -> None:
     """The no_progress rule on one scope (trace or session): tripped while the scope's current run of wasted steps
-    holds ``wasted_calls`` with at least the rule's evidence; it clears with the first step that makes progress."""
-    progress = st.progress
-    wasted = progress.wasted(rule.min_level)
-    tripped = wasted >= rule.wasted_calls
-    if not tripped and rule.name not in st.trips:
+    holds ``wasted_calls`` with at least the rule's evidence (:func:`~detector.core.trip_conditions.no_progress_trip`);
+    it clears with the first step that makes progress."""
+    trip = no_progress_trip(rule, wasted_run(st.progress))
+    if trip is None:
+        if rule.name in st.trips:
+            set_trip(rule, st, False, call, events)
         return
-    evidence = EVIDENCE_NAMES[progress.top] if tripped else ""
-    detail = f"{wasted} calls in a row without progress ({evidence} evidence)" if tripped else ""
-    set_trip(rule, st, tripped, call, events, detail, 0, evidence)
+    detail = f"{trip.wasted} calls in a row without progress ({trip.evidence} evidence)"
+    set_trip(rule, st, True, call, events, detail, 0, trip.evidence)
 
 
 def early_warning(st: ScopeState, call: Call, events: list[dict[str, Any]]) -> None:

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from detector.core.budgets import BudgetTracker
 from detector.core.decisions import REASON_BUDGET, REASON_LOOP, Decision, DecisionBook, strongest
+from detector.core.tuning import PlannedRule
 from detector.enforcement.manual import ManualAction, ManualActions
 from detector.enforcement.preflight import PendingWindows
-from detector.settings.loop_settings import Rule
 from detector.settings.vocabulary import (
     ACTION_BLOCK,
     ACTION_WARN,
@@ -52,7 +52,7 @@ def _manual_decision(action: ManualAction, base: Decision) -> Decision:
 
 class Enforcer:
     def __init__(self, book: DecisionBook, manual: ManualActions, budgets: Callable[[], BudgetTracker],
-                 preflight: PendingWindows, rules: Callable[[], list[Rule]],
+                 preflight: PendingWindows, rules: Callable[[], Sequence[PlannedRule]],
                  early_warning: Callable[[], bool] = lambda: True) -> None:
         self.book = book
         self._early_warning = early_warning

@@ -6,10 +6,9 @@ fingerprint (an opaque string, e.g. sha256 of the canonical model + messages) an
 arguments. The API keeps, per trace (or per session when the check names no trace), a bounded window of
 the pending fingerprints it has been asked about, in memory, and runs the same detectors over it:
 
-* exact prompt repeat: :func:`detector.core.rules.find_repeat` with each enabled ``exact_prompt_repeat``
-  rule's parameters over the window plus the pending fingerprint;
+* exact prompt repeat: each enabled ``exact_prompt_repeat`` rule over the window plus the pending fingerprint;
 * failure loop: the same tool call (name + canonical arguments) back to back, against each enabled
-  ``failure_loop`` rule's ``same_tool_repeats``;
+  ``failure_loop`` rule (the checks tell no errors: its error streak is 0 here);
 * progress (``pending.evidence``, the app's fingerprints): the core's progress model
   (:class:`detector.core.progress.ProgressMemory`) over the steps the checks tell. A check before a tool runs names
   what it will do (``evidence.tool_args``, ``tool_args_simhash``); the next check before a model call tells what came
@@ -18,6 +17,10 @@ the pending fingerprints it has been asked about, in memory, and runs the same d
   :data:`~detector.core.progress.MEMORY` steps. A run of wasted steps raises the early warning (``warn``,
   ``no_progress``) and trips each enforce-mode ``no_progress`` rule as the spans would, before the model call goes
   out. (A check before a model call that no tool check preceded completes no step: what was done is unknown.)
+
+Whether a rule trips is asked of the core's :mod:`detector.core.trip_conditions`, the functions the spans' path asks,
+with the rules as the engine plans them (:class:`detector.core.tuning.PlannedRule`: parameters read once per
+configuration); only the state they are asked about (this window) is the pre-flight check's own.
 
 A pending call that would complete a loop of a blocking rule in enforce mode is refused before it is sent;
 a notify rule gives ``warn``; a dry-run rule changes nothing. The window records every pending call asked
@@ -39,11 +42,10 @@ import orjson
 from loop_detector_sdk.fingerprint import canonical_json
 
 from detector.core.decisions import Decision
-from detector.core.progress import EVIDENCE_NAMES, EXACT, FUZZY, NONE, ProgressMemory
-from detector.core.rules import find_repeat
+from detector.core.progress import EVIDENCE_NAMES, NONE, ProgressMemory
 from detector.core.steps import STEP_TOOL, ProgressStep, mix_fingerprints
-from detector.settings.loop_settings import Rule
-from detector.settings.rule_params import ExactRepeatParams, FailureLoopParams, NoProgressParams
+from detector.core.trip_conditions import failure_trip, no_progress_trip, repeat_trip, wasted_run
+from detector.core.tuning import PlannedRule
 from detector.settings.vocabulary import (
     ACTION_BLOCK,
     ACTION_WARN,
@@ -197,17 +199,6 @@ class PendingWindows:
         self.max_windows = max_windows
         self._lock = threading.Lock()
         self._windows: OrderedDict[str, PendingWindow] = OrderedDict()
-        self._params: dict[int, tuple[Rule, Any]] = {}  # id(rule) -> (rule, parsed params): parsed once
-
-    def _parsed(self, rule: Rule) -> Any:
-        cached = self._params.get(id(rule))
-        if cached is None or cached[0] is not rule:
-            model = {DETECTOR_EXACT_PROMPT_REPEAT: ExactRepeatParams, DETECTOR_FAILURE_LOOP: FailureLoopParams,
-                     DETECTOR_NO_PROGRESS: NoProgressParams}[rule.detector]
-            if len(self._params) > 1000:
-                self._params.clear()
-            cached = self._params[id(rule)] = (rule, model(**rule.params))
-        return cached[1]
 
     def __len__(self) -> int:
         return len(self._windows)
@@ -220,16 +211,17 @@ class PendingWindows:
     def key(session_id: str, trace_id: str | None) -> str:
         return f"t:{trace_id}" if trace_id else f"s:{session_id}"
 
-    def evaluate(self, *, session_id: str, trace_id: str | None, rules: Iterable[Rule], now_us: int,
+    def evaluate(self, *, session_id: str, trace_id: str | None, rules: Iterable[PlannedRule], now_us: int,
                  request_fingerprint: str | None = None, tool_name: str | None = None,
                  tool_arguments: Any = None, tool_evidence: int | None = None,
                  base: Decision | None = None, evidence: dict[str, Any] | None = None,
                  early_warning: bool = True) -> list[Decision]:
-        """Record the pending call and return the decisions of the rules it trips (none: it may proceed). The tool
-        call is compared by name + canonical arguments: ``tool_arguments`` when the client sent them, else the app's
-        own fingerprint of them (``tool_evidence``, ``evidence.tool`` of the check: the SDKs send no arguments).
-        ``evidence``: the check's ``pending.evidence``, for the progress memory (``early_warning``: whether a run of
-        wasted steps warns, as ``loop_detection.progress.early_warning`` says)."""
+        """Record the pending call and return the decisions of the rules it trips (none: it may proceed); ``rules``:
+        the configuration's, as the engine plans them. The tool call is compared by name + canonical arguments:
+        ``tool_arguments`` when the client sent them, else the app's own fingerprint of them (``tool_evidence``,
+        ``evidence.tool`` of the check: the SDKs send no arguments). ``evidence``: the check's ``pending.evidence``,
+        for the progress memory (``early_warning``: whether a run of wasted steps warns, as
+        ``loop_detection.progress.early_warning`` says)."""
         rules = [r for r in rules if r.enabled and r.mode == MODE_ENFORCE and r.detector in PENDING_DETECTORS]
         key = self.key(session_id, trace_id)
         req_fp = fingerprint_int(request_fingerprint) if request_fingerprint else 0
@@ -254,45 +246,37 @@ class PendingWindows:
                     window.tool_streak += 1
                 else:
                     window.tool_fp, window.tool_streak = tool_fp, 1
-            fps = list(window.request_fps) if req_fp else []
+            fps = list(window.request_fps) if req_fp else []  # a check without a request repeats none
             streak = window.tool_streak if tool_fp else 0
             self._observe(window, tool_name, evidence)
-            memory = window.progress
-            flag, wasted = memory.flag, (memory.wasted(EXACT), memory.wasted(FUZZY))
+            run = wasted_run(window.progress)
         scope = SCOPE_TRACE if trace_id else SCOPE_SESSION
         scope_id = trace_id or session_id
         for rule in rules:
-            detail = ""  # why it trips (kept for debugging; never logged with content)
-            if rule.detector == DETECTOR_EXACT_PROMPT_REPEAT and fps:
-                params = self._parsed(rule)
-                match = find_repeat(fps, params.window, params.repeat_counts())
-                if match:
-                    detail = f"pending call would repeat a cycle of {match[0]} call(s) {match[1]} times"
-            elif rule.detector == DETECTOR_FAILURE_LOOP and streak:
-                need = self._parsed(rule).same_tool_repeats
-                if streak >= need:
-                    detail = f"pending tool call would be the same call {streak} times back to back"
-            elif rule.detector == DETECTOR_NO_PROGRESS and flag >= FUZZY:
-                params = self._parsed(rule)
-                run = wasted[0] if params.min_evidence == "exact" else wasted[1]
-                if run >= params.wasted_calls:
-                    detail = f"{run} steps in a row without progress, told by the app's fingerprints"
-            if not detail:
+            evidence_name = EVIDENCE_EXACT
+            if rule.detector == DETECTOR_EXACT_PROMPT_REPEAT:
+                tripped = bool(fps) and repeat_trip(rule, fps) is not None
+            elif rule.detector == DETECTOR_FAILURE_LOOP:
+                tripped = bool(streak) and failure_trip(rule, streak, 0) is not None
+            else:  # DETECTOR_NO_PROGRESS
+                no_progress = no_progress_trip(rule, run)
+                tripped = no_progress is not None
+                evidence_name = no_progress.evidence if no_progress is not None else ""
+            if not tripped:
                 continue
             blocking = rule.action == RULE_BLOCK
             out.append(Decision(
                 scope=scope, scope_id=scope_id, session_id=session_id, action=ACTION_BLOCK if blocking else ACTION_WARN,
                 level=base.level if base else "none", confidence=base.confidence if base else 0.0,
                 dominant_signal=base.dominant_signal if base else "none", detector=rule.detector,
-                reason=rule.detector if blocking else "", rule_name=rule.name,
-                evidence=EVIDENCE_NAMES[memory.top] if rule.detector == DETECTOR_NO_PROGRESS else EVIDENCE_EXACT,
+                reason=rule.detector if blocking else "", rule_name=rule.name, evidence=evidence_name,
             ))
-        if early_warning and flag >= FUZZY:  # the window's run of wasted steps makes a loop (until progress)
+        if early_warning and run.flag:  # the window's run of wasted steps makes a loop (until progress)
             out.append(Decision(
                 scope=scope, scope_id=scope_id, session_id=session_id, action=ACTION_WARN,
                 level=base.level if base else "none", confidence=base.confidence if base else 0.0,
                 dominant_signal=base.dominant_signal if base else "none", detector=DETECTOR_NO_PROGRESS,
-                evidence=EVIDENCE_NAMES[flag]))
+                evidence=EVIDENCE_NAMES[run.flag]))
         return out
 
     @staticmethod

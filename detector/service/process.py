@@ -182,8 +182,9 @@ class Service:
         self.preflight = PendingWindows()
         self.job.on_evict.append(lambda gone: self.preflight.forget_sessions(
             {scope_id for scope, scope_id in gone if scope == SCOPE_SESSION}))
+        # the pre-flight check reads the rules as the engine planned them (one parse, the same plain values)
         self.enforcer = Enforcer(self.book, self.manual, lambda: self.job.engine.budgets, self.preflight,
-                                 lambda: self.config.rules, lambda: self.config.loop_detection.progress.enabled
+                                 lambda: self.job.engine.tuning.rules, lambda: self.config.loop_detection.progress.enabled
                                  and self.config.loop_detection.progress.early_warning)
         self.admin_token = resolve_admin_token(config, self.data_dir)
         self.api_token = resolve_api_token(config, self.data_dir)

@@ -92,22 +92,34 @@ class Weights(StrictModel):
         return {name: float(getattr(self, name)) for name in SIGNAL_NAMES}
 
 
-class ProgressSettings(StrictModel):
-    """How progress evidence (``detector.core.progress``) weighs on the score and raises the early warning.
+def _never_read(instead: str) -> str:
+    """Why a removed setting is refused: it never did anything."""
+    return f"removed: this setting never did anything (nothing read it); {instead}. Delete it from the config"
 
-    After the seven signals, per call and scope: a call that repeats an earlier one without progress lifts its raw
-    confidence to at least ``exact_floor`` / ``fuzzy_floor`` (by its evidence); a repeated action whose observation
-    changed (progress) and polling keep ``progress_discount`` of it; a call whose only evidence is structure stays
-    below ``warn_confidence``. The EMA, the consecutive counts and one level at a time are unchanged."""
+
+class ProgressSettings(StrictModel):
+    """How progress evidence (``detector.core.progress``) weighs on the score and raises the early warning
+    (``docs/signals.md``, "Progress").
+
+    A loop is a run of 3 wasted steps in a row (``RUN_TO_WARN``), whatever their evidence (sizes count, structure
+    never does). Per call and scope, the raw confidence is 0 outside a loop (after progress, or one or two wasted
+    steps: a re-read, a retry); in a loop, what the repetition signals say, and at least ``exact_floor`` or
+    ``fuzzy_floor`` by the latest step's evidence (sizes as fuzzy). The EMA, the consecutive counts and one level at a
+    time are unchanged."""
+
+    removed_settings = {
+        "poll_wait_seconds": _never_read("polling is told by what comes back (a status still in progress) and by "
+                                         "waits that grow (backoff), with no setting"),
+        "progress_discount": _never_read("a call that makes progress scores 0 outside a loop, with no discount"),
+    }
 
     enabled: bool = True
-    early_warning: bool = Field(True, description="warn by the 2nd wasted call on exact evidence (the 3rd on fuzzy)")
-    poll_wait_seconds: float = Field(1.0, ge=0, le=3600, description=(
-        "a wait (tools and idle time) between repeats that makes them polling, when it is also twice the model's "
-        "own time on them"))
-    exact_floor: float = Field(0.75, ge=0.0, le=1.0)
-    fuzzy_floor: float = Field(0.55, ge=0.0, le=1.0)
-    progress_discount: float = Field(0.25, ge=0.0, le=1.0)
+    early_warning: bool = Field(True, description=(
+        "warn at the 3rd wasted step in a row (a loop), whatever its evidence; lifted by the first step that makes "
+        "progress"))
+    exact_floor: float = Field(0.75, ge=0.0, le=1.0, description="the least raw confidence in a loop on exact evidence")
+    fuzzy_floor: float = Field(0.55, ge=0.0, le=1.0, description=(
+        "the least raw confidence in a loop on fuzzy (or sizes) evidence"))
 
 
 class LoopDetectionConfig(StrictModel):

@@ -26,6 +26,7 @@ __all__ = [
     "SIGNAL_NAMES", "SignalName",
     "DETECTOR_NO_PROGRESS", "EVIDENCE", "EVIDENCE_EXACT", "EVIDENCE_FUZZY", "EVIDENCE_NONE", "EVIDENCE_RATE",
     "EVIDENCE_SIZES", "EVIDENCE_STRUCTURE", "Evidence", "PRESET_DEFAULT", "PRESET_PROTECT", "PRESETS", "Preset",
+    "TOOL_CALL_FINISHES",
 ]
 
 # -- scopes: what a state, a score or a decision is about -------------------------------------------------------
@@ -90,6 +91,14 @@ EVIDENCE_EXACT: Final = "exact"
 EVIDENCE_RATE: Final = "rate"
 EVIDENCE: Final[tuple[Evidence, ...]] = (EVIDENCE_NONE, EVIDENCE_STRUCTURE, EVIDENCE_SIZES, EVIDENCE_FUZZY,
                                          EVIDENCE_EXACT, EVIDENCE_RATE)
+
+# -- finish reasons that say the model asked for tools, as instrumentations spell them: OpenAI's tool_calls (and its
+# legacy function_call), Anthropic's tool_use, the Vercel AI SDK's tool-calls, tool_call. The normalization's response
+# structure fingerprint counts them as one (clickhouse/genai_calls_normalized.sql.tmpl spells the same words:
+# tests/storage/test_normalization.py holds them equal); the core reads them in detector.core.engine (which steps a
+# call completes) and detector.core.scope_scoring (a final answer).
+TOOL_CALL_FINISHES: Final[frozenset[str]] = frozenset({"tool_call", "tool_calls", "tool-calls", "function_call",
+                                                      "tool_use"})
 
 # -- configuration presets: the defaults (never block), protect (blocking that is safe for honest work) ----------
 Preset = Literal["default", "protect"]

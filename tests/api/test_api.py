@@ -502,12 +502,13 @@ def test_openapi_fuzz_finds_no_server_errors(tmp_path):
        rep1=st.integers(2, 4))
 def test_preflight_window_agrees_with_find_repeat(seq, window, max_cycle, rep1):
     from detector.core.rules import find_repeat
+    from detector.detection.engine_config import planned_rule
     from detector.enforcement.preflight import PendingWindows, fingerprint_int
     from detector.settings.loop_settings import Rule
     from detector.settings.rule_params import ExactRepeatParams
 
     params = {"window": window, "max_cycle_length": max_cycle, "repeats": {1: rep1}}
-    rule = Rule(name="r", detector="exact_prompt_repeat", action="block", params=params)
+    rule = planned_rule(Rule(name="r", detector="exact_prompt_repeat", action="block", params=params))
     windows = PendingWindows()
     fps: list[int] = []
     for x in seq:
@@ -519,10 +520,11 @@ def test_preflight_window_agrees_with_find_repeat(seq, window, max_cycle, rep1):
 
 
 def test_preflight_windows_are_bounded_and_evicted_with_their_session():
+    from detector.detection.engine_config import planned_rule
     from detector.enforcement.preflight import PendingWindows
     from detector.settings.loop_settings import Rule
 
-    rule = Rule(name="r", detector="exact_prompt_repeat", action="block")
+    rule = planned_rule(Rule(name="r", detector="exact_prompt_repeat", action="block"))
     windows = PendingWindows(max_windows=3)
     for i in range(5):
         windows.evaluate(session_id=f"s{i}", trace_id=f"t{i}", rules=[rule], now_us=i, request_fingerprint="x")

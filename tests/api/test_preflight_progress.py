@@ -17,9 +17,11 @@ import httpx
 import pytest
 from loop_detector_sdk.evidence.fingerprints import call_evidence, tool_run_evidence
 from loop_detector_sdk.evidence.messages import Message, Part
+from support.agent_runs import agent_run, step_actions
 from support.enforcement import make_config, uid
 
 from detector.core.steps import mix_fingerprints
+from detector.detection.engine_config import planned_rule
 from detector.enforcement.preflight import PendingAction, PendingWindows, completed_step
 from detector.service.process import running_service
 from detector.settings.config import AppConfig, parse_config
@@ -60,8 +62,8 @@ def run(windows: PendingWindows, rules, results: list[str], args=lambda i: {"pat
     return actions
 
 
-DEFAULT = AppConfig().rules
-PROTECT = parse_config({"preset": "protect"}, "protect").rules
+DEFAULT = [planned_rule(r) for r in AppConfig().rules]  # the rules as the engine plans them (and the service passes)
+PROTECT = [planned_rule(r) for r in parse_config({"preset": "protect"}, "protect").rules]
 NO_PROGRESS_BLOCK = [r for r in PROTECT if r.detector == "no_progress"]
 
 
@@ -74,6 +76,18 @@ def test_a_loop_is_warned_before_the_call_after_its_third_wasted_step():
 def test_a_blocking_no_progress_rule_refuses_the_call_after_the_fourth():
     actions = run(PendingWindows(), NO_PROGRESS_BLOCK, ["port: 8080"] * 6)
     assert actions == ["allow", "allow", "allow", "allow", "warn", "block", "block"]
+
+
+def test_a_rule_of_fewer_wasted_steps_than_a_loop_trips_at_the_same_step_as_on_the_spans():
+    """One evaluator (detector/core/trip_conditions.py): a no_progress rule of 2 wasted steps trips at the 2nd, on the
+    pre-flight check as on the spans, though the early warning (3) has not been raised yet."""
+    config = parse_config({"rules": [{"name": "np", "detector": "no_progress", "action": "block",
+                                      "params": {"wasted_calls": 2, "min_evidence": "fuzzy"}}]})
+    # checks 0 and 1 complete no wasted step; 2, 3: the 1st, 2nd wasted: the check after the 2nd is refused
+    assert run(PendingWindows(), [planned_rule(r) for r in config.rules], ["port: 8080"] * 4) == [
+        "allow", "allow", "allow", "block", "block"]
+    # step 0 is the first read; steps 1, 2: the 1st, 2nd wasted: blocked after the 2nd
+    assert step_actions(agent_run([{"args": 42, "result": 420}] * 4), config) == ["allow", "allow", "block", "block"]
 
 
 def test_without_the_early_warning_only_the_rules_speak():

@@ -94,6 +94,37 @@ def test_every_error_is_reported_at_once():
     assert any(e.startswith("loop_detection.history_depth") for e in errors)
 
 
+def test_a_removed_setting_is_named_and_said_to_have_done_nothing_beside_every_other_error(tmp_path):
+    """``progress.poll_wait_seconds`` and ``progress.progress_discount`` were never read: a config that still sets one
+    is told so by name (not "extra inputs are not permitted"), with every other error of the file."""
+    errors = errors_of(ld(ema_alpha=5, progress={"poll_wait_seconds": 2, "progress_discount": 0.25,
+                                                 "exact_floor": 2}))
+    assert len(errors) == 4, errors
+    for key in ("poll_wait_seconds", "progress_discount"):
+        line = next(e for e in errors if e.startswith(f"loop_detection.progress.{key}: "))
+        assert "removed" in line and "never did anything" in line and "Delete it" in line, line
+    assert any(e.startswith("loop_detection.progress.exact_floor: ") for e in errors)
+    assert any(e.startswith("loop_detection.ema_alpha: ") for e in errors)
+    # in a virtual key's override too, and in a file (check-config, serve, a reload)
+    override = errors_of({"virtual_keys": {"k": {"loop_detection": {"progress": {"progress_discount": 0.1}}}}})
+    assert len(override) == 1 and override[0].startswith("virtual_keys.k.loop_detection.progress.progress_discount: "
+                                                          "removed"), override
+    path = tmp_path / "old.yaml"
+    path.write_text("loop_detection:\n  progress:\n    poll_wait_seconds: 1.0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.errors[0].startswith("loop_detection.progress.poll_wait_seconds: removed")
+    assert "poll_wait_seconds" not in AppConfig().loop_detection.progress.model_dump()
+
+
+def test_the_early_warning_is_described_as_the_model_raises_it():
+    from detector.core.progress import RUN_TO_WARN
+    from detector.settings.loop_settings import ProgressSettings
+
+    described = ProgressSettings.model_fields["early_warning"].description or ""
+    assert f"{RUN_TO_WARN}rd wasted step in a row" in described and "whatever its evidence" in described
+
+
 def test_weights_within_tolerance_are_accepted():
     cfg = parse_config(ld(weights={"cost_velocity": 0.0505}))
     assert cfg.loop_detection.weights.cost_velocity == 0.0505

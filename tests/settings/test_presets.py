@@ -46,5 +46,5 @@ def test_invalid_presets_and_parameters_are_rejected():
         parse_config({"preset": "paranoid"})
     with pytest.raises(ConfigError, match="min_evidence"):
         parse_config({"rules": [{"name": "x", "detector": "no_progress", "params": {"min_evidence": "structure"}}]})
-    with pytest.raises(ConfigError, match="poll_wait_seconds"):
-        parse_config({"loop_detection": {"progress": {"poll_wait_seconds": -1}}})
+    with pytest.raises(ConfigError, match="fuzzy_floor"):
+        parse_config({"loop_detection": {"progress": {"fuzzy_floor": -1}}})

@@ -5,6 +5,7 @@ each normalize their own sessions and together decide like one detector."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.settings.config import AppConfig
+from detector.settings.vocabulary import TOOL_CALL_FINISHES
 from detector.storage.normalization import Normalization, normalize_staged, normalized_calls
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, insert_rows
@@ -167,3 +169,28 @@ def test_the_normalization_gives_every_column_of_the_calls_table(store):
     table = [r["name"] for r in store.rows("SELECT name FROM system.columns WHERE database = 'otel' "
                                            "AND table = 'genai_calls' AND default_kind != 'ALIAS' ORDER BY position")]
     assert sorted(produced) == sorted(table)  # by name: the transform lists the columns
+
+
+# -- one vocabulary of finish reasons: the SQL's and the core's (detector/settings/vocabulary.py) ---------------------
+
+def test_the_normalization_spells_the_vocabularys_tool_call_finishes():
+    """The response structure fingerprint's list of "asked for tools" finish reasons is TOOL_CALL_FINISHES, word for
+    word (the SQL keeps its own literal list: it is rendered as the file holds it, never spliced)."""
+    lists = re.findall(r"if\(x IN \(([^)]*)\), 'tool_call',", normalized_calls())
+    assert len(lists) == 1, lists
+    assert set(re.findall(r"'([^']*)'", lists[0])) == TOOL_CALL_FINISHES
+
+
+def test_every_tool_call_finish_gives_one_response_structure(store):
+    """Run on chDB: calls alike but for their finish reason share a response_fp when it says they asked for tools, the
+    Vercel AI SDK's ``tool-calls`` as OpenAI's ``tool_calls``; ``stop`` is another structure."""
+    finishes = [*sorted(TOOL_CALL_FINISHES), "stop"]
+    insert_rows(store, "otel.otel_traces", [
+        span("t", f"s{i}", {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": "20",
+                            "gen_ai.response.finish_reasons": json.dumps([finish])}, offset_s=i)
+        for i, finish in enumerate(finishes)])
+    normalize_staged(store)
+    rows = store.rows("SELECT finish_reasons, response_fp FROM otel.genai_calls ORDER BY ts")
+    assert [r["finish_reasons"] for r in rows] == [[f] for f in finishes]
+    fps = [r["response_fp"] for r in rows]
+    assert len(set(fps[:-1])) == 1 and fps[-1] != fps[0], dict(zip(finishes, fps, strict=True))
