@@ -209,3 +209,29 @@ def test_the_hooks_path_over_util_genais_types_is_the_same(v):
     system = genai_call_evidence(v["model"], _genai(v["inputs"]), [], [_genai([{"role": "system", "parts": [
         {"type": "text", "content": "extra instructions"}]}])[0].parts[0]])
     assert system.span_attributes()["loop_detector.fp.request"] != v["request"]  # system instructions count
+
+
+def test_the_vectors_of_issue_31_say_what_their_names_say():
+    """The shared vectors are ClickHouse's values, which both SDKs must give; here, that those values are the right
+    ones: an acknowledgement is one (a failure, work in progress, a result beyond it never), work in progress is
+    (in any common wording, never a retryable error), a captured empty result is an outcome ("nothing")."""
+    texts = {v["name"]: v["observation"] for v in DOC["texts"]}
+    acks = [n for n in texts if n.startswith("ack")]
+    not_acks = [n for n in texts if n.startswith("not ack")]
+    pending = [n for n in texts if n.startswith("pending") and "in a failure" not in n]
+    assert len(acks) >= 8 and len(not_acks) >= 8 and len(pending) >= 8
+    assert [n for n in acks if not texts[n]["ack"]] == []
+    assert [n for n in not_acks if texts[n]["ack"]] == []
+    assert [n for n in pending if not texts[n]["pending"] or texts[n]["ack"]] == []
+    assert not texts["a retryable error is not pending"]["pending"]
+    assert texts["pending phrase in a failure"]["failed"] and not texts["pending phrase in a failure"]["pending"]
+    assert texts["not ack: accepted is in progress"]["pending"]
+    assert [n for n in texts if texts[n]["ack"] and (texts[n]["failed"] or texts[n]["pending"])] == []
+    empty = "11160318154034397263"  # cityHash64('')
+    for name in ("empty", "spaces only"):
+        assert texts[name] == {"fp": empty, "simhash": "0", "empty": True, "chars": 0, "failed": False,
+                               "shape": empty, "pending": False, "ack": False}
+    calls = {v["name"]: v for v in DOC["calls"]}
+    assert calls["a tool's empty response"]["new_input"] == ""
+    assert calls["a tool's empty response"]["observation"]["fp"] == empty
+    assert calls["an acknowledgement"]["observation"]["ack"] and calls["work in progress"]["observation"]["pending"]
