@@ -100,7 +100,8 @@ TEXTS: list[tuple[str, str]] = [
     ("not ack: accepted is in progress", "Accepted"),
     ("ack after 150 emoji (characters, not UTF-16 units)", "\U0001F600" * 150 + " was saved"),
     ("ack: the first line is read up to 300 characters", "OK" + " " * 400 + "and more"),
-    ("not ack: beyond 200 characters", "x" * 201 + " was saved"),
+    ("ack: anywhere in the first line", "x" * 250 + " was saved"),
+    ("not ack: beyond the first line's 300 characters", "x" * 300 + " was saved"),
     ("long", LONG),
 ]
 TOOL_CALLS: list[tuple[str, str, str]] = [

@@ -67,8 +67,8 @@ _ACK = re.compile(
     rf"(?:{_S}+successfully)?(?:{_S}+with{_S}+exit{_S}+code{_S}+0)?\W*\Z"
     rf"|(?:ok|okay|done|true|success|succeeded|saved|updated|created|written|applied|deleted|removed|acknowledged"
     rf"|accepted)[.!]?{_S}*\Z"
-    rf"|[^\n]{{0,200}}\b(?:(?:has|have){_S}+been|was|were|successfully|(?:is|are){_S}+now){_S}+(?:{_ACK_VERBS})\b"
-    rf"|[^\n]{{0,200}}\b(?:{_ACK_VERBS}){_S}+successfully\b"
+    rf"|[^\n]*\b(?:(?:has|have){_S}+been|was|were|successfully|(?:is|are){_S}+now){_S}+(?:{_ACK_VERBS})\b"
+    rf"|[^\n]*\b(?:{_ACK_VERBS}){_S}+successfully\b"
     rf"|(?:the{_S}+)?(?:file|record|entry|item|settings?|config(?:uration)?|key|value|document|page|row)?{_S}*"
     rf"(?:{_ACK_LINE_VERBS})\b[^\n]{{0,160}}\Z"
     r")", re.ASCII)

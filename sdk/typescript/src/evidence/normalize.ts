@@ -55,8 +55,8 @@ const ACK = new RegExp('^\\W*(?:'
   + `(?:${S}+successfully)?(?:${S}+with${S}+exit${S}+code${S}+0)?\\W*$`
   + '|(?:ok|okay|done|true|success|succeeded|saved|updated|created|written|applied|deleted|removed|acknowledged'
   + `|accepted)[.!]?${S}*$`
-  + `|[^\\n]{0,200}\\b(?:(?:has|have)${S}+been|was|were|successfully|(?:is|are)${S}+now)${S}+(?:${ACK_VERBS})\\b`
-  + `|[^\\n]{0,200}\\b(?:${ACK_VERBS})${S}+successfully\\b`
+  + `|[^\\n]*\\b(?:(?:has|have)${S}+been|was|were|successfully|(?:is|are)${S}+now)${S}+(?:${ACK_VERBS})\\b`
+  + `|[^\\n]*\\b(?:${ACK_VERBS})${S}+successfully\\b`
   + `|(?:the${S}+)?(?:file|record|entry|item|settings?|config(?:uration)?|key|value|document|page|row)?${S}*`
   + `(?:${ACK_LINE_VERBS})\\b[^\\n]{0,160}$`
   + ')', 'i');
