@@ -77,8 +77,29 @@ def _text(rng: random.Random, size: int) -> str:
 
 
 
-def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = None) -> list[bytes]:
-    """Pre-encoded ExportTraceServiceRequest bodies of ``batch`` GenAI spans each."""
+def tool_result(rng: random.Random) -> str:
+    """A tool's result, content capture on (``bench/normalization.py``): half a file's text, some acknowledgements
+    ("File written"), statuses of work in progress, errors, empty results, several lines of output."""
+    r = rng.random()
+    if r < 0.45:
+        return _text(rng, 600)
+    if r < 0.60:
+        return rng.choice(("File written successfully.", "The file src/app.py has been edited.", "True", "OK",
+                           "[The command completed with exit code 0.]"))
+    if r < 0.72:
+        return json.dumps({"job": f"build-{rng.randrange(1000)}", "status": rng.choice(("running", "succeeded")),
+                           "progress": rng.randrange(100)})
+    if r < 0.80:
+        return f"Traceback (most recent call last):\n  File \"app.py\", line {rng.randrange(500)}\nValueError: bad"
+    if r < 0.88:
+        return ""
+    return "\n".join(_text(rng, 80) for _ in range(8))
+
+
+def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = None,
+                 tool_results: bool = False) -> list[bytes]:
+    """Pre-encoded ExportTraceServiceRequest bodies of ``batch`` GenAI spans each (``tool_results``: the tool spans
+    carry their results, as with content capture on)."""
     rng = random.Random(seed)
     now_ns = now_ns or time.time_ns()
     bodies = []
@@ -111,6 +132,8 @@ def build_bodies(spans: int, batch: int, seed: int = 7, now_ns: int | None = Non
                     key_value("gen_ai.tool.call.id", f"call_{rng.randrange(10**12)}"), key_value("gen_ai.tool.type", "function"),
                     key_value("gen_ai.tool.call.arguments", json.dumps({"path": f"src/module_{rng.randrange(40)}.py"})),
                     key_value("gen_ai.conversation.id", conversation), key_value("loop_detector.virtual_key", "vk-team-a")])
+                if tool_results:
+                    span.attributes.append(key_value("gen_ai.tool.call.result", tool_result(rng)))
                 if rng.random() < 0.2:
                     span.attributes.append(key_value("error.type", "FileNotFoundError"))
                     span.status.code, span.status.message = trace_pb2.Status.STATUS_CODE_ERROR, "no such file"

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls (
     observation_failed UInt8,
     observation_shape_fp UInt64,
     observation_pending UInt8,
+    observation_ack UInt8,
     -- where a call's evidence came from (docs/api.md, "Decisions"), computed as it is read, never stored: 'content'
     -- (the span's content: messages, a tool's arguments or result), 'fingerprints' (a model call without content whose
     -- observation or reply came from the app's loop_detector.fp.* attributes: genai_calls_normalized.sql.tmpl, step
@@ -92,6 +93,7 @@ ALTER TABLE otel.genai_calls
     ADD COLUMN IF NOT EXISTS observation_failed UInt8,
     ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
     ADD COLUMN IF NOT EXISTS observation_pending UInt8,
+    ADD COLUMN IF NOT EXISTS observation_ack UInt8,
     ADD COLUMN IF NOT EXISTS evidence_source LowCardinality(String) ALIAS multiIf(
         has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
         call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',

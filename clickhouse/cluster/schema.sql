@@ -114,6 +114,7 @@ CREATE TABLE IF NOT EXISTS otel.genai_calls_local ON CLUSTER 'loop_cluster' (
     observation_failed UInt8,
     observation_shape_fp UInt64,
     observation_pending UInt8,
+    observation_ack UInt8,
     evidence_source LowCardinality(String) ALIAS multiIf(
         has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
         call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
@@ -140,6 +141,7 @@ ALTER TABLE otel.genai_calls_local ON CLUSTER 'loop_cluster'     ADD COLUMN IF N
     ADD COLUMN IF NOT EXISTS observation_failed UInt8,
     ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
     ADD COLUMN IF NOT EXISTS observation_pending UInt8,
+    ADD COLUMN IF NOT EXISTS observation_ack UInt8,
     ADD COLUMN IF NOT EXISTS evidence_source LowCardinality(String) ALIAS multiIf(
         has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
         call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',
@@ -157,6 +159,7 @@ ALTER TABLE otel.genai_calls ON CLUSTER 'loop_cluster'     ADD COLUMN IF NOT EXI
     ADD COLUMN IF NOT EXISTS observation_failed UInt8,
     ADD COLUMN IF NOT EXISTS observation_shape_fp UInt64,
     ADD COLUMN IF NOT EXISTS observation_pending UInt8,
+    ADD COLUMN IF NOT EXISTS observation_ack UInt8,
     ADD COLUMN IF NOT EXISTS evidence_source LowCardinality(String) ALIAS multiIf(
         has_content OR (call_kind = 'tool' AND (observation_fp != 0 OR args_fp != 0)), 'content',
         call_kind = 'llm' AND (observation_fp != 0 OR output_fp != 0 OR observation_shape_fp != 0), 'fingerprints',

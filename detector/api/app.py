@@ -113,15 +113,15 @@ UInt64Text = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,19})$", max_length=
 
 
 class PendingEvidence(BaseModel):
-    """The app's fingerprints of the call about to be made, version 2 or 1 (``docs/sdk.md``, "Fingerprints"): hashes of
-    what the agent just observed and of what it is about to send, computed in the app with the service's own
+    """The app's fingerprints of the call about to be made, version 3, 2 or 1 (``docs/sdk.md``, "Fingerprints"):
+    hashes of what the agent just observed and of what it is about to send, computed in the app with the service's own
     normalization and ClickHouse's hash functions, never the text. Accepted and validated; the detectors do not
     read them yet, except ``tool``, which stands in for ``tool_arguments`` in the pre-flight failure-loop check."""
 
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1, 2] = Field(description="the fingerprint set's version (2; 1: without input_failed, "
-                                               "input_shape and input_pending)")
+    version: Literal[1, 2, 3] = Field(description="the fingerprint set's version (3; 2: without input_ack; 1: also "
+                                                  "without input_failed, input_shape and input_pending)")
     request: UInt64Text | None = Field(None, description="the whole request (model and messages)")
     input: UInt64Text | None = Field(None, description="the new input (the tool results and user message since the "
                                                        "last call), normalized")
@@ -132,6 +132,8 @@ class PendingEvidence(BaseModel):
     input_failed: bool | None = Field(None, description="the new input says it failed (an error, a traceback...)")
     input_shape: UInt64Text | None = Field(None, description="the new input, normalized, every digit run as '#'")
     input_pending: bool | None = Field(None, description="the new input says the work is still in progress")
+    input_ack: bool | None = Field(None, description="the new input only acknowledges what was done (File created, "
+                                                     "True, a command that completed with exit code 0)")
     tool: UInt64Text | None = Field(None, description="the tool about to run: name + canonical argument values "
                                                       "(needs tool_name)")
     tool_args: UInt64Text | None = Field(None, description="the tool's name + normalized arguments")

@@ -13,7 +13,7 @@ the pending fingerprints it has been asked about, in memory, and runs the same d
   (:class:`detector.core.progress.ProgressMemory`) over the steps the checks tell. A check before a tool runs names
   what it will do (``evidence.tool_args``, ``tool_args_simhash``); the next check before a model call tells what came
   back (its new input: ``evidence.input``, ``input_simhash``, ``input_chars``, ``input_failed``, ``input_shape``,
-  ``input_pending``): together, one completed step, observed in the window's own memory of
+  ``input_pending``, ``input_ack``): together, one completed step, observed in the window's own memory of
   :data:`~detector.core.progress.MEMORY` steps. A run of wasted steps raises the early warning (``warn``,
   ``no_progress``) and trips each enforce-mode ``no_progress`` rule as the spans would, before the model call goes
   out. (A check before a model call that no tool check preceded completes no step: what was done is unknown.)
@@ -190,7 +190,17 @@ def completed_step(actions: list[PendingAction], evidence: dict[str, Any]) -> Pr
                         _u64(evidence.get("input_simhash")), int(evidence.get("input_chars") or 0),
                         _u64(evidence.get("input_shape")) if failed else 0)
     step.pending = bool(evidence.get("input_pending"))
+    _set_if_known(step, "ack", bool(evidence.get("input_ack")))  # version 3; absent (versions 1 and 2): False
+    _set_if_known(step, "nothing", bool(evidence.get("input_empty")))
     return step
+
+
+def _set_if_known(step: ProgressStep, name: str, value: bool) -> None:
+    """Set a step attribute the core's ProgressStep may not have yet (``ack``, ``nothing``: issue 31, added to
+    :mod:`detector.core.steps` beside this change). INTEGRATION: once ProgressStep declares them, this is a plain
+    assignment (``step.ack = ...``); until then the evidence is carried by the check and not used."""
+    if hasattr(type(step), name) or hasattr(step, name):
+        setattr(step, name, value)
 
 class PendingWindows:
     """The per-trace (or per-session) windows of pending fingerprints; thread-safe."""

@@ -84,7 +84,7 @@ def emit_call(tracer: Tracer, call: CallSpec, *, session_id: str, start_ns: int,
         }
         if capture_content:
             tool_attrs[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = json.dumps(tool.arguments)
-            if tool.result and not tool.error:
+            if not tool.error:  # an empty result too: captured, it is what came back (the next call sees it so)
                 tool_attrs[sc.GEN_AI_TOOL_CALL_RESULT] = tool.result
         t_end = end_ns + int(tool.duration_s * 1e9) + i * 1000
         tspan = tracer.start_span(f"execute_tool {tool.name}", context=parent, kind=SpanKind.INTERNAL,

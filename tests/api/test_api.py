@@ -202,9 +202,11 @@ class TestLiveService:
         v2 = {**self.EVIDENCE, "version": 2, "input_failed": True, "input_shape": "18446744073709551615",
               "input_pending": False}
         assert check(eps.api, session_id=session, pending={"evidence": v2}).status_code == 200
+        v3 = {**v2, "version": 3, "input_ack": True}
+        assert check(eps.api, session_id=session, pending={"evidence": v3}).status_code == 200
 
     @pytest.mark.parametrize(("evidence", "field", "says"), [
-        ({"version": 3}, "version", "1 or 2"),
+        ({"version": 4}, "version", "1, 2 or 3"),
         ({}, "version", "required"),
         ({"version": 1, "request": 5}, "request", "string"),
         ({"version": 1, "request": "-1"}, "request", "pattern"),
@@ -217,8 +219,9 @@ class TestLiveService:
         ({"version": 1, "text": "the prompt"}, "text", "Extra inputs"),
         ({"version": 2, "input_shape": "-3"}, "input_shape", "pattern"),
         ({"version": 2, "input_failed": "yes please"}, "input_failed", "bool"),
+        ({"version": 3, "input_ack": "sure"}, "input_ack", "bool"),
     ], ids=["version", "no-version", "number", "negative", "hex", "leading-zero", "beyond-64-bits", "too-long",
-            "negative-size", "not-bool", "extra-field", "shape-negative", "failed-not-bool"])
+            "negative-size", "not-bool", "extra-field", "shape-negative", "failed-not-bool", "ack-not-bool"])
     def test_invalid_evidence_is_a_precise_422(self, svc, evidence, field, says):
         _, eps = svc
         r = check(eps.api, session_id="s", pending={"request_fingerprint": "x", "evidence": evidence})
@@ -248,7 +251,7 @@ class TestLiveService:
         evidence = schemas["PendingEvidence"]
         assert set(evidence["properties"]) == {"version", "request", "input", "input_simhash", "input_empty",
                                                "input_chars", "input_failed", "input_shape", "input_pending",
-                                               "tool", "tool_args", "tool_args_simhash"}
+                                               "input_ack", "tool", "tool_args", "tool_args_simhash"}
         assert evidence["required"] == ["version"] and evidence["additionalProperties"] is False
         assert "evidence" in schemas["Pending"]["properties"]
 

@@ -159,3 +159,45 @@ def test_a_step_of_several_tools_is_their_combined_action_as_the_spans_step_make
     assert both.act == mix_fingerprints([11, 22]) and both.act_sim == 0  # as detector.core.steps combines them
     unknown = completed_step([PendingAction("search", 0, 4), PendingAction("read_file", 11, 3)], came_back)
     assert unknown.act == 0  # one tool's action unknown: the run's action is unknown
+
+
+def test_a_step_carries_the_acknowledgement_and_nothing_where_the_core_has_them(monkeypatch):
+    """Version 3's ``input_ack`` (and ``input_empty``) go onto the step as ``ack`` (``nothing``) once the core's
+    ProgressStep has those attributes (issue 31); before that, the step is made as before, and a version 2 check
+    (without input_ack) gives ack False."""
+    from detector.core import steps
+    from detector.enforcement import preflight
+
+    came_back = {"input": "77", "input_chars": 12, "input_ack": True, "input_empty": False}
+    plain = completed_step([PendingAction("write_file", 11, 3)], came_back)
+    assert (plain.obs, plain.obs_chars) == (77, 12)  # whichever ProgressStep the core has
+
+    class StepWithAck(steps.ProgressStep):
+        __slots__ = ("ack", "nothing")
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.ack = self.nothing = False
+
+    monkeypatch.setattr(preflight, "ProgressStep", StepWithAck)
+    acked = completed_step([PendingAction("write_file", 11, 3)], came_back)
+    assert (acked.ack, acked.nothing) == (True, False)
+    empty = completed_step([PendingAction("write_file", 11, 3)], {"input": "11160318154034397263", "input_chars": 0,
+                                                                   "input_empty": True, "input_shape": "5"})
+    assert (empty.ack, empty.nothing, empty.failure) == (False, True, 5)
+    version_2 = completed_step([PendingAction("write_file", 11, 3)], {"input": "77", "input_chars": 12})
+    assert (version_2.ack, version_2.nothing) == (False, False)
+
+
+def test_the_sdks_evidence_of_an_acknowledgement_and_of_an_empty_result():
+    """The evidence a guard sends after a tool's acknowledgement and after its empty result (the real SDK's)."""
+    agent = Agent()
+    agent.tool_check("write_file", {"path": "a.py"})
+    agent.result("File written successfully.")
+    acked = agent.model_check()["evidence"]
+    assert acked["version"] == 3 and acked["input_ack"] is True and acked["input_empty"] is False
+    agent.tool_check("touch", {"path": "b.py"})
+    agent.result("")
+    empty = agent.model_check()["evidence"]
+    assert (empty["input"], empty["input_empty"], empty["input_chars"], empty["input_ack"]) == (
+        "11160318154034397263", True, 0, False)

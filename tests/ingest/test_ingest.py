@@ -676,3 +676,51 @@ def test_arrow_batch_stores_exactly_its_rows(store):
     assert {row["ServiceName"] for row in stored} == {"svc-0", "svc-1"}
     assert {(row["ScopeName"], row["ScopeVersion"]) for row in stored} == {
         (f"scope-{r}-{sc}", f"{sc}.0") for r in range(2) for sc in range(2)}
+
+
+EMPTY_FP = 11160318154034397263  # cityHash64(''): a captured empty observation
+
+
+def test_a_captured_empty_tool_result_survives_export_and_ingest_as_an_outcome(base_url, store):
+    """The evaluation's emitter (content capture on) sends a tool's empty result as an empty
+    ``gen_ai.tool.call.result``; the OpenTelemetry SDK keeps it, the OTLP exporter sends it, the receiver stores it, and
+    the normalization makes it an outcome (cityHash64(''), "nothing"), as the next model call's new input (the empty
+    tool response) is; an acknowledgement comes through as one. With content capture off there is no result at all:
+    unknown."""
+    from detector.evaluation.corpus_records import CallSpec, ToolSpec
+    from detector.evaluation.emit import emit_call
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "emitter"}))
+    exporter = OTLPSpanExporter(endpoint=f"{base_url}/v1/traces", timeout=30)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("emit")
+    traces = {}
+    for capture in (True, False):
+        root = tracer.start_span("invoke_agent", start_time=time.time_ns() - 60 * SECOND)
+        parent, history, t = otel_trace.set_span_in_context(root), [], time.time_ns() - 50 * SECOND
+        for call in (CallSpec(tools=[ToolSpec("touch", {"path": "a.py"}, "")]),
+                     CallSpec(tools=[ToolSpec("write_file", {"path": "b.py"}, "File written successfully.")]),
+                     CallSpec(output_text="Both files are there.")):
+            t = emit_call(tracer, call, session_id=f"emit-{uuid.uuid4().hex[:8]}", start_ns=t, capture_content=capture,
+                          history=history, parent=parent)
+        root.end()
+        traces[capture] = f"{root.get_span_context().trace_id:032x}"
+    provider.shutdown()
+
+    stored = {r["SpanName"]: r["SpanAttributes"] for r in trace_rows(store, traces[True])}
+    assert stored["execute_tool touch"]["gen_ai.tool.call.result"] == ""  # kept empty, not dropped
+    assert "gen_ai.tool.call.result" not in {k for r in trace_rows(store, traces[False])
+                                             for k in r["SpanAttributes"]}
+    columns = ("observation_fp", "observation_empty", "observation_chars", "observation_ack")
+    on = [(r["operation"], r["tool_name"], *(r[c] for c in columns)) for r in genai_rows(store, traces[True])]
+    ack = len("File written successfully.")
+    assert on == [
+        ("chat", "", 0, 0, 0, 0),  # the first call: no input message yet (the emitter's scenario has no task)
+        ("execute_tool", "touch", EMPTY_FP, 1, 0, 0),
+        ("chat", "", EMPTY_FP, 1, 0, 0),  # its new input: the empty tool response
+        ("execute_tool", "write_file", on[3][2], 0, ack, 1),
+        ("chat", "", on[3][2], 0, ack, 1),
+    ]
+    assert on[3][2] not in (0, EMPTY_FP)
+    off = [(r["operation"], *(r[c] for c in columns)) for r in genai_rows(store, traces[False])]
+    assert {row[1:] for row in off} == {(0, 0, 0, 0)}  # content off: nothing came back that is known

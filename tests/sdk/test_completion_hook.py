@@ -106,6 +106,7 @@ def test_the_hook_puts_the_fingerprints_on_every_chat_span_and_no_content(svc, s
             assert set(stored_attributes(attrs)) >= {"loop_detector.fp.version", "loop_detector.fp.request",
                                                      "loop_detector.fp.input", "loop_detector.fp.tool_calls"}
             assert set(stored_attributes(attrs)) <= set(ATTRIBUTES)
+            assert attrs["loop_detector.fp.version"] == "3" and attrs["loop_detector.fp.input_ack"] in ("true", "false")
     loop = by_trace[runs[0]["trace_id"]]
     # the looping agent's repeated observation and tool call give repeated fingerprints; the healthy one's do not
     assert len({s["a"]["loop_detector.fp.input"] for s in loop[1:]}) == 1

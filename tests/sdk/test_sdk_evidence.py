@@ -37,7 +37,7 @@ DOC = json.loads(VECTORS.read_text())
 
 def observed(o) -> dict:
     return {"fp": str(o.fp), "simhash": str(o.simhash), "empty": o.empty, "chars": o.chars, "failed": o.failed,
-            "shape": str(o.shape), "pending": o.pending}
+            "shape": str(o.shape), "pending": o.pending, "ack": o.ack}
 
 
 @pytest.mark.parametrize("v", DOC["texts"], ids=lambda v: v["name"])
@@ -67,7 +67,7 @@ def test_calls(v):
     o = evidence.observation
     assert o is not None and observed(o) == v["observation"]
     attrs = evidence.span_attributes()
-    assert set(attrs) <= set(ATTRIBUTES) and attrs["loop_detector.fp.version"] == 2
+    assert set(attrs) <= set(ATTRIBUTES) and attrs["loop_detector.fp.version"] == 3
     assert attrs["loop_detector.fp.request"] == v["request"]
     assert attrs.get("loop_detector.fp.tool_calls", []) == [c["fp"] for c in v["tool_calls"]]
     assert attrs.get("loop_detector.fp.tool_call_simhashes", []) == [c["simhash"] for c in v["tool_calls"]]
@@ -75,13 +75,17 @@ def test_calls(v):
         assert (attrs["loop_detector.fp.output"], attrs["loop_detector.fp.output_simhash"]) == (
             v["reply"]["fp"], v["reply"]["simhash"])
     assert evidence.check_evidence() == {
-        "version": 2, "request": v["request"], "input": v["observation"]["fp"],
+        "version": 3, "request": v["request"], "input": v["observation"]["fp"],
         "input_simhash": v["observation"]["simhash"], "input_empty": v["observation"]["empty"],
         "input_chars": v["observation"]["chars"], "input_failed": v["observation"]["failed"],
-        "input_shape": v["observation"]["shape"], "input_pending": v["observation"]["pending"]}
+        "input_shape": v["observation"]["shape"], "input_pending": v["observation"]["pending"],
+        "input_ack": v["observation"]["ack"]}
+    assert (attrs["loop_detector.fp.input"], attrs["loop_detector.fp.input_empty"],
+            attrs["loop_detector.fp.input_chars"]) == (v["observation"]["fp"], v["observation"]["empty"],
+                                                       v["observation"]["chars"])
     assert (attrs["loop_detector.fp.input_failed"], attrs.get("loop_detector.fp.input_shape", "0"),
-            attrs["loop_detector.fp.input_pending"]) == (v["observation"]["failed"], v["observation"]["shape"],
-                                                         v["observation"]["pending"])
+            attrs["loop_detector.fp.input_pending"], attrs["loop_detector.fp.input_ack"]) == (
+        v["observation"]["failed"], v["observation"]["shape"], v["observation"]["pending"], v["observation"]["ack"])
     assert not any(isinstance(x, str) and len(x) > 20 and x in json.dumps(v["inputs"]) for x in attrs.values())
 
 
@@ -114,6 +118,8 @@ def test_new_input_is_what_came_since_the_models_last_message():
     assert new_input_text(msgs) == "task"  # the first call: the user's message, not the system prompt
     msgs.append(Message("assistant", (Part("tool_call", name="t", arguments="{}"),)))
     assert new_input_text(msgs) is None  # nothing new yet
+    assert new_input_text([*msgs, Message("user", ())]) is None  # a message without parts: nothing captured
+    assert new_input_text([*msgs, Message("tool", (Part("tool_call_response", ""),))]) == ""  # an empty result
     msgs += [Message("tool", (Part("tool_call_response", "r1"),)), Message("developer", (Part("text", "d"),)),
              Message("tool", (Part("tool_call_response", "r2"),))]
     assert new_input_text(msgs) == "r1 r2"
@@ -203,3 +209,29 @@ def test_the_hooks_path_over_util_genais_types_is_the_same(v):
     system = genai_call_evidence(v["model"], _genai(v["inputs"]), [], [_genai([{"role": "system", "parts": [
         {"type": "text", "content": "extra instructions"}]}])[0].parts[0]])
     assert system.span_attributes()["loop_detector.fp.request"] != v["request"]  # system instructions count
+
+
+def test_the_vectors_of_issue_31_say_what_their_names_say():
+    """The shared vectors are ClickHouse's values, which both SDKs must give; here, that those values are the right
+    ones: an acknowledgement is one (a failure, work in progress, a result beyond it never), work in progress is
+    (in any common wording, never a retryable error), a captured empty result is an outcome ("nothing")."""
+    texts = {v["name"]: v["observation"] for v in DOC["texts"]}
+    acks = [n for n in texts if n.startswith("ack")]
+    not_acks = [n for n in texts if n.startswith("not ack")]
+    pending = [n for n in texts if n.startswith("pending") and "in a failure" not in n]
+    assert len(acks) >= 8 and len(not_acks) >= 8 and len(pending) >= 8
+    assert [n for n in acks if not texts[n]["ack"]] == []
+    assert [n for n in not_acks if texts[n]["ack"]] == []
+    assert [n for n in pending if not texts[n]["pending"] or texts[n]["ack"]] == []
+    assert not texts["a retryable error is not pending"]["pending"]
+    assert texts["pending phrase in a failure"]["failed"] and not texts["pending phrase in a failure"]["pending"]
+    assert texts["not ack: accepted is in progress"]["pending"]
+    assert [n for n in texts if texts[n]["ack"] and (texts[n]["failed"] or texts[n]["pending"])] == []
+    empty = "11160318154034397263"  # cityHash64('')
+    for name in ("empty", "spaces only"):
+        assert texts[name] == {"fp": empty, "simhash": "0", "empty": True, "chars": 0, "failed": False,
+                               "shape": empty, "pending": False, "ack": False}
+    calls = {v["name"]: v for v in DOC["calls"]}
+    assert calls["a tool's empty response"]["new_input"] == ""
+    assert calls["a tool's empty response"]["observation"]["fp"] == empty
+    assert calls["an acknowledgement"]["observation"]["ack"] and calls["work in progress"]["observation"]["pending"]

@@ -68,7 +68,12 @@ TOKENS = ["took 12ms", "elapsed=3.5", "duration: 10", "latency_ms' : 7", "2024-0
           "null", "[ ]", "{}", "none", "NOTHING MATCHED", "_x9", "-", '"', "'", "\\", '\\"key\\": ', "é1", "1é",
           "ABCDEF01", ":", "00:00", "Word", "longer words here", "日本語", "\u2028", "Error", "errors", "can't",
           "Timed Out", "usage:", "<returncode>1", "<returncode>0", "status", '"status": "running"', "state=queued",
-          '\\"phase\\": \\"in-progress\\"', "pending", "érror", "erroré", "not ready"]
+          '\\"phase\\": \\"in-progress\\"', "pending", "érror", "erroré", "not ready",
+          # the acknowledgement and the work in progress (issue 31)
+          "File created", "The file a.py has been edited.", " was saved", "True", "ok", "[The command completed with "
+          "exit code 0.]", "Updated ", "Set ", "successfully", '{"ok": true}', "{", '"success"', ": true", "}",
+          "Running...", "still running", "Progress: 45%", "waiting for", "Accepted", "not yet ready", "queued",
+          "state: rolling out", "Scaling"]
 
 
 def _generated(seed: int, n: int) -> list[str]:
@@ -97,9 +102,10 @@ def test_the_python_normalization_and_hashes_are_the_views_on_generated_texts(st
         t, r, u = rows[f"gen-t{i}"], rows[f"gen-r{i}"], rows[f"gen-u{i}"]
         o, rep = observation(text), reply(text)
         assert (t["observation_fp"], t["observation_simhash"], t["observation_empty"], t["observation_chars"],
-                t["observation_failed"], t["observation_shape_fp"], t["observation_pending"]) == (
+                t["observation_failed"], t["observation_shape_fp"], t["observation_pending"], t["observation_ack"]) == (
             str(o.fp), str(o.simhash), str(int(o.empty)), str(o.chars), str(int(o.failed)),
-            str(o.shape) if o.failed or o.empty else t["observation_shape_fp"], str(int(o.pending))), repr(text)
+            str(o.shape) if o.failed or o.empty else t["observation_shape_fp"], str(int(o.pending)),
+            str(int(o.ack))), repr(text)
         assert o.shape == 0 or o.failed or o.empty  # (computed for failures and "nothing" only: read only there)
         assert (r["output_fp"], r["output_norm_simhash"]) == (str(rep.fp), str(rep.simhash)), repr(text)
         args = arguments_text(text)
@@ -172,7 +178,7 @@ def test_normalization_texts_match_a_probe_of_the_views_regular_expressions(stor
 # protobuf, decoded by the receiver and normalized by the detection cycle's statement
 
 EVIDENCE_COLUMNS = ("request_fp", "observation_fp", "observation_simhash", "observation_empty", "observation_chars",
-                    "observation_failed", "observation_shape_fp", "observation_pending", "output_fp",
+                    "observation_failed", "observation_shape_fp", "observation_pending", "observation_ack", "output_fp",
                     "output_norm_simhash", "out_tool_names", "out_tool_fps", "out_tool_arg_simhashes", "has_content")
 
 
@@ -238,8 +244,9 @@ def test_a_chat_span_without_content_takes_its_evidence_from_the_app_fingerprint
         assert (got["request_fp"], got["observation_fp"], got["observation_simhash"], got["observation_empty"],
                 got["observation_chars"]) == (call["request"], o["fp"], o["simhash"], str(int(o["empty"])),
                                               str(o["chars"])), call["name"]
-        assert (got["observation_failed"], got["observation_shape_fp"], got["observation_pending"]) == (
-            str(int(o["failed"])), o["shape"], str(int(o["pending"]))), call["name"]
+        assert (got["observation_failed"], got["observation_shape_fp"], got["observation_pending"],
+                got["observation_ack"]) == (str(int(o["failed"])), o["shape"], str(int(o["pending"])),
+                                            str(int(o["ack"]))), call["name"]
         assert (got["output_fp"], got["output_norm_simhash"]) == (r["fp"], r["simhash"]), call["name"]
         names = [p["name"] for m in call["outputs"] for p in m["parts"] if p["type"] == "tool_call"]
         assert got["out_tool_names"] == json.dumps(names).replace(" ", "").replace('"', "'"), call["name"]
@@ -265,24 +272,29 @@ def test_content_present_keeps_the_contents_columns_whatever_the_attributes_say(
         assert rows[f"with {i}"]["output_fp"] == call["reply"]["fp"]
 
 
-def test_the_failure_shape_and_pending_attributes_and_a_version_1_set(store):
-    """Version 2's input_failed / input_shape / input_pending give observation_failed / _shape_fp / _pending; a
-    version 1 set (without them) leaves them 0, and a value that is not a number gives 0 (never a failed batch)."""
+def test_the_failure_shape_pending_and_ack_attributes_and_older_sets(store):
+    """Version 3's input_ack gives observation_ack, version 2's input_failed / input_shape / input_pending give
+    observation_failed / _shape_fp / _pending; a version 2 set (without input_ack) leaves observation_ack 0, a version 1
+    set (without the three) leaves them 0 too, and a value that is not a number gives 0 (never a failed batch)."""
     base = {"loop_detector.fp.version": 2, "loop_detector.fp.input": "123", "loop_detector.fp.input_chars": 12,
             "loop_detector.fp.input_empty": False}
     v2 = {**base, "loop_detector.fp.input_failed": True, "loop_detector.fp.input_shape": "18446744073709551615",
           "loop_detector.fp.input_pending": True}
+    v3 = {**v2, "loop_detector.fp.version": 3, "loop_detector.fp.input_ack": True}
     v1 = {**base, "loop_detector.fp.version": 1}
     odd = {**v2, "loop_detector.fp.input_shape": "not a number", "loop_detector.fp.tool_calls": ["x", "7"],
            "loop_detector.fp.tool_names": ["a", "b"]}
-    rows = _exported_rows(store, [("v2", {**_chat_attributes("m"), **v2}, None),
+    rows = _exported_rows(store, [("v3", {**_chat_attributes("m"), **v3}, None),
+                                  ("v2", {**_chat_attributes("m"), **v2}, None),
                                   ("v1", {**_chat_attributes("m"), **v1}, None),
                                   ("odd", {**_chat_attributes("m"), **odd}, None),
-                                  ("tool", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", **v2},
+                                  ("tool", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", **v3},
                                    None)])
-    pick = ("observation_fp", "observation_chars", "observation_failed", "observation_shape_fp", "observation_pending")
-    assert [rows["v2"][c] for c in pick] == ["123", "12", "1", "18446744073709551615", "1"]
-    assert [rows["v1"][c] for c in pick] == ["123", "12", "0", "0", "0"]
-    assert [rows["odd"][c] for c in pick] == ["123", "12", "1", "0", "1"]
+    pick = ("observation_fp", "observation_chars", "observation_failed", "observation_shape_fp", "observation_pending",
+            "observation_ack")
+    assert [rows["v3"][c] for c in pick] == ["123", "12", "1", "18446744073709551615", "1", "1"]
+    assert [rows["v2"][c] for c in pick] == ["123", "12", "1", "18446744073709551615", "1", "0"]
+    assert [rows["v1"][c] for c in pick] == ["123", "12", "0", "0", "0", "0"]
+    assert [rows["odd"][c] for c in pick] == ["123", "12", "1", "0", "1", "0"]
     assert (rows["odd"]["out_tool_names"], rows["odd"]["out_tool_fps"]) == ("['a','b']", "[0,7]")
-    assert [rows["tool"][c] for c in pick] == ["0", "0", "0", "0", "0"]  # a model call's evidence only
+    assert [rows["tool"][c] for c in pick] == ["0", "0", "0", "0", "0", "0"]  # a model call's evidence only

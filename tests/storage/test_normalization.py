@@ -194,3 +194,115 @@ def test_every_tool_call_finish_gives_one_response_structure(store):
     assert [r["finish_reasons"] for r in rows] == [[f] for f in finishes]
     fps = [r["response_fp"] for r in rows]
     assert len(set(fps[:-1])) == 1 and fps[-1] != fps[0], dict(zip(finishes, fps, strict=True))
+
+
+EMPTY_FP = 11160318154034397263  # cityHash64(''): every captured empty observation
+
+
+def vercel_prompt(last: dict) -> str:
+    return json.dumps([{"role": "user", "content": "touch a.py"}, last])
+
+
+def test_a_captured_empty_result_is_an_outcome_and_an_absent_one_unknown(store):
+    """A result attribute that is present but empty (or blank) is what came back: cityHash64(''), "nothing", 0
+    characters, in every dialect that carries a tool's result; absent (or redacted) it is unknown, as before. So is a
+    model call's last input message that exists with an empty text (a tool's empty response), in the dialects that
+    tell a message from its text."""
+    tool_op = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "run"}
+    vercel_tool = {"ai.operationId": "ai.toolCall", "ai.toolCall.name": "run", "ai.toolCall.args": "{}"}
+    traceloop_tool = {"traceloop.span.kind": "tool", "traceloop.entity.name": "run"}
+    oi_tool = {"openinference.span.kind": "TOOL", "tool.name": "run"}
+    semconv_chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}
+    tool_message = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c", "response": ""}]}
+    ol_chat = {"llm.request.type": "chat", "gen_ai.request.model": "m", "gen_ai.prompt.0.role": "user",
+               "gen_ai.prompt.0.content": "touch a.py", "gen_ai.prompt.1.role": "tool"}
+    oi_chat = {"openinference.span.kind": "LLM", "llm.model_name": "m",
+               "llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": "touch a.py",
+               "llm.input_messages.1.message.role": "tool"}
+    vercel_chat = {"ai.operationId": "ai.generateText.doGenerate", "ai.model.id": "m"}
+    vercel_empty = {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c", "toolName": "run",
+                                                 "output": {"type": "text", "value": ""}}]}
+    cases = {
+        # (attributes, captured empty)
+        "semconv tool, empty": ({**tool_op, "gen_ai.tool.call.result": ""}, True),
+        "semconv tool, blank": ({**tool_op, "gen_ai.tool.call.result": " \n\t"}, True),
+        "semconv tool, absent": (tool_op, False),
+        "vercel tool, empty": ({**vercel_tool, "ai.toolCall.result": ""}, True),
+        "vercel tool, absent": (vercel_tool, False),
+        "traceloop tool, empty": ({**traceloop_tool, "traceloop.entity.output": ""}, True),
+        "traceloop tool, absent": (traceloop_tool, False),
+        "openinference tool, empty": ({**oi_tool, "output.value": ""}, True),
+        "openinference tool, redacted": ({**oi_tool, "output.value": "__REDACTED__"}, False),
+        "openinference tool, absent": (oi_tool, False),
+        "semconv chat, empty tool response": ({**semconv_chat, "gen_ai.input.messages": json.dumps([tool_message])},
+                                              True),
+        "semconv chat, a message without parts": (
+            {**semconv_chat, "gen_ai.input.messages": json.dumps([{"role": "user", "parts": []}]),
+             "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "?"}]}])},
+            False),
+        "semconv chat, no content": (semconv_chat, False),
+        "openllmetry chat, empty": ({**ol_chat, "gen_ai.prompt.1.content": ""}, True),
+        "openllmetry chat, no content attribute": (ol_chat, False),
+        "openinference chat, empty": ({**oi_chat, "llm.input_messages.1.message.content": ""}, True),
+        "openinference chat, redacted": ({**oi_chat, "llm.input_messages.1.message.content": "__REDACTED__"}, False),
+        "vercel chat, empty tool output": ({**vercel_chat, "ai.prompt.messages": vercel_prompt(vercel_empty)}, True),
+        "vercel chat, no content": ({**vercel_chat, "ai.prompt.messages": vercel_prompt({"role": "tool"})}, False),
+    }
+    ids = {name: f"s{i}" for i, name in enumerate(cases)}
+    insert_rows(store, "otel.otel_traces", [
+        span(f"t{i}", ids[name], attrs, offset_s=i) for i, (name, (attrs, _)) in enumerate(cases.items())])
+    normalize_staged(store)
+    rows = {r.pop("span_id"): r for r in store.rows(
+        "SELECT span_id, call_kind, observation_fp, observation_empty, observation_chars, observation_shape_fp, "
+        "observation_failed, observation_pending, observation_ack FROM otel.genai_calls")}
+    for name, (_, captured) in cases.items():
+        row = rows[ids[name]]
+        assert row["call_kind"] == ("tool" if "tool," in name else "llm"), name
+        expected = (EMPTY_FP, 1, 0, EMPTY_FP) if captured else (0, 0, 0, 0)
+        assert (row["observation_fp"], row["observation_empty"], row["observation_chars"],
+                row["observation_shape_fp"]) == expected, name
+        assert (row["observation_failed"], row["observation_pending"], row["observation_ack"]) == (0, 0, 0), name
+
+
+def test_acknowledgements_and_work_in_progress_in_each_dialect(store):
+    """What came back acknowledges what was done (the first line of the result as it came, its echo of the arguments
+    included; a model call's new input) or says the work is in progress, whichever dialect carries it; a failure is
+    neither."""
+    def tool_attrs(result: str, args: str = '{"path": "src/app.py"}') -> dict[str, str]:
+        return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "write_file",
+                "gen_ai.tool.call.arguments": args, "gen_ai.tool.call.result": result}
+
+    def chat_after(result: str) -> dict[str, str]:
+        return {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.input.messages": json.dumps(
+            [{"role": "tool", "parts": [{"type": "tool_call_response", "id": "c", "response": result}]}])}
+
+    cases = {
+        # (attributes, (ack, pending, failed))
+        "the echo of the arguments is read": (tool_attrs("src/app.py was saved"), (1, 0, 0)),
+        "an edit with what follows": (tool_attrs("\n\nThe file src/app.py has been edited. Here's the result:\n 1 x"),
+                                      (1, 0, 0)),
+        "a bash result without output": (tool_attrs("[The command completed with exit code 0.]"), (1, 0, 0)),
+        "a bash failure": (tool_attrs("[The command completed with exit code 2.]"), (0, 0, 0)),
+        "an error that mentions a change": (tool_attrs("Error: nothing was written"), (0, 0, 1)),
+        "vercel's json": ({"ai.operationId": "ai.toolCall", "ai.toolCall.name": "save", "ai.toolCall.args": "{}",
+                           "ai.toolCall.result": '{"success":true}'}, (1, 0, 0)),
+        "traceloop, in progress": ({"traceloop.span.kind": "tool", "traceloop.entity.name": "deploy",
+                                    "traceloop.entity.output": "Deployment still in progress (3/5)"}, (0, 1, 0)),
+        "openinference, a bare status": ({"openinference.span.kind": "TOOL", "tool.name": "job",
+                                          "output.value": "'QUEUED'"}, (0, 1, 0)),
+        "a kubectl rollout": (tool_attrs('Waiting for deployment "web" rollout to finish: 4 of 10 updated replicas are '
+                                         "available...", "{}"), (0, 1, 0)),
+        "a timeout waiting is a failure": (tool_attrs("error: timed out waiting for the condition", "{}"), (0, 0, 1)),
+        "a retryable error is not in progress": (tool_attrs("503 Service Unavailable, try again later", "{}"),
+                                                 (0, 0, 0)),
+        "a model call's new input": (chat_after("File created successfully at: /tmp/a.py"), (1, 0, 0)),
+        "a model call's new input in progress": (chat_after("Progress: 45%"), (0, 1, 0)),
+    }
+    ids = {name: f"k{i}" for i, name in enumerate(cases)}
+    insert_rows(store, "otel.otel_traces", [
+        span(f"t{i}", ids[name], attrs, offset_s=i) for i, (name, (attrs, _)) in enumerate(cases.items())])
+    normalize_staged(store)
+    rows = {r.pop("span_id"): r for r in store.rows(
+        "SELECT span_id, observation_ack, observation_pending, observation_failed FROM otel.genai_calls")}
+    got = {name: tuple(rows[ids[name]].values()) for name in cases}
+    assert got == {name: flags for name, (_, flags) in cases.items()}

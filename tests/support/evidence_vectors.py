@@ -74,6 +74,34 @@ TEXTS: list[tuple[str, str]] = [
     ("pending escaped json", '{\\"state\\": \\"In Progress\\"}'),
     ("pending words", "phase = queued; STATE: not_ready"),
     ("done status", '{"status": "succeeded"}'),
+    ("pending status words of issue 31", 'deployment "web" state: Rolling Out; replicas status=scaling'),
+    ("pending bare word", '  "Running..."\n'),
+    ("pending bare word, two words", "in_progress."),
+    ("pending phrase", 'Waiting for deployment "web" rollout to finish: 4 of 10 updated replicas are available...'),
+    ("pending phrase, not yet ready", "The index is not yet ready; still building shard 3."),
+    ("pending percentage", "Upload progress: 45.5 % (1.2 GB of 2.6 GB)"),
+    ("pending phrase in a failure", "error: timed out waiting for the condition"),
+    ("a retryable error is not pending", "503 Service Unavailable, try again later"),
+    ("ack: a file created", "File created successfully at: /workspace/app.py"),
+    ("ack: an edit, then what the file holds",
+     "The file /workspace/app.py has been edited. Here's the result of running `cat -n` on a snippet:\n     1\timport os"),
+    ("ack: the command said nothing", "\n[The command completed with exit code 0.]"),
+    ("not ack: the command failed", "[The command completed with exit code 1.]"),
+    ("ack: true", "True"),
+    ("ack: a key updated", "Updated config key retries to 5"),
+    ("ack: json", '{ "ok" : true }'),
+    ("ack: json over lines", '{\n  "Success": true\n}\n'),
+    ("not ack: json with more", '{"ok": true, "items": [1, 2]}'),
+    ("not ack: a result after success", "Success! Result: 3"),
+    ("not ack: set up is an instruction", "Set up the virtualenv before running the tests"),
+    ("not ack: an error", "ERROR: the file was not written (disk full)"),
+    ("not ack: a traceback", "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>"),
+    ("not ack: test output", "============ 3 passed, 1 warning in 0.12s ============"),
+    ("not ack: accepted is in progress", "Accepted"),
+    ("ack after 150 emoji (characters, not UTF-16 units)", "\U0001F600" * 150 + " was saved"),
+    ("ack: the first line is read up to 300 characters", "OK" + " " * 400 + "and more"),
+    ("ack: anywhere in the first line", "x" * 250 + " was saved"),
+    ("not ack: beyond the first line's 300 characters", "x" * 300 + " was saved"),
     ("long", LONG),
 ]
 TOOL_CALLS: list[tuple[str, str, str]] = [
@@ -124,6 +152,18 @@ CALLS: list[dict[str, Any]] = [
                 {"role": "user", "parts": [_text("Any luck? Job 7f3a2b1c9d is still red.")]}],
      "outputs": [{"role": "assistant", "parts": [_text("Not yet: nothing matched. Trying the tests next.")],
                   "finish_reason": "stop"}]},
+    {"name": "a tool's empty response", "model": "gpt-4o-mini",
+     "inputs": [SYSTEM, USER, {"role": "assistant", "parts": [_call("run", {"cmd": "touch a.py"}, "c1")]},
+                {"role": "tool", "parts": [_result("", "c1")]}],
+     "outputs": [{"role": "assistant", "parts": [_call("run", {"cmd": "ls"}, "c2")], "finish_reason": "tool_calls"}]},
+    {"name": "an acknowledgement", "model": "gpt-4o-mini",
+     "inputs": [SYSTEM, USER, {"role": "assistant", "parts": [_call("write_file", {"path": "a.py"}, "c1")]},
+                {"role": "tool", "parts": [_result("File written.", "c1")]}],
+     "outputs": [{"role": "assistant", "parts": [_text("Done.")], "finish_reason": "stop"}]},
+    {"name": "work in progress", "model": "gpt-4o-mini",
+     "inputs": [SYSTEM, USER, {"role": "assistant", "parts": [_call("deploy_status", {}, "c1")]},
+                {"role": "tool", "parts": [_result({"state": "progressing", "ready": 3}, "c1")]}],
+     "outputs": [{"role": "assistant", "parts": [_call("deploy_status", {}, "c2")], "finish_reason": "tool_calls"}]},
     {"name": "no model, empty parts, reasoning", "model": "",
      "inputs": [{"role": "user", "parts": []}, {"role": "assistant", "parts": [{"type": "reasoning", "content": "hm"}]},
                 {"role": "user", "parts": [_text("again")]}],
@@ -138,11 +178,12 @@ def _span(span_id: str, name: str, attributes: dict[str, str]) -> dict[str, Any]
             "SpanAttributes": attributes}
 
 
-def _tool_span(span_id: str, tool: str, args: str = "", result: str = "") -> dict[str, Any]:
+def _tool_span(span_id: str, tool: str, args: str = "", result: str | None = None) -> dict[str, Any]:
+    """An execute_tool span; ``result`` None: no result attribute at all (not captured), "" an empty one."""
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}
     if args:
         attrs["gen_ai.tool.call.arguments"] = args
-    if result:
+    if result is not None:
         attrs["gen_ai.tool.call.result"] = result
     return _span(span_id, f"execute_tool {tool}", attrs)
 
@@ -154,7 +195,7 @@ def _chat_span(span_id: str, model: str, inputs: list[Any], outputs: list[Any]) 
 
 
 COLUMNS = ("observation_fp", "observation_simhash", "observation_empty", "observation_chars", "observation_failed",
-           "observation_shape_fp", "observation_pending", "output_fp",
+           "observation_shape_fp", "observation_pending", "observation_ack", "output_fp",
            "output_norm_simhash", "out_tool_fps", "out_tool_arg_simhashes", "tool_fp", "args_fp", "args_simhash")
 
 
@@ -180,7 +221,8 @@ def _observation(row: dict[str, Any]) -> dict[str, Any]:
     failed, empty = row["observation_failed"] == "1", row["observation_empty"] == "1"
     return {"fp": row["observation_fp"], "simhash": row["observation_simhash"], "empty": empty,
             "chars": int(row["observation_chars"]), "failed": failed,
-            "shape": row["observation_shape_fp"] if failed or empty else "0", "pending": row["observation_pending"] == "1"}
+            "shape": row["observation_shape_fp"] if failed or empty else "0", "pending": row["observation_pending"] == "1",
+            "ack": row["observation_ack"] == "1"}
 
 
 def _u64s(text: str) -> list[str]:
@@ -216,7 +258,7 @@ def build(store: Any) -> dict[str, Any]:
     for i, call in enumerate(CALLS):
         text = new_input_text(from_genai(call["inputs"]))
         new_inputs.append(text)
-        spans.append(_tool_span(f"{tag}-n{i}", "observe", result=text or ""))
+        spans.append(_tool_span(f"{tag}-n{i}", "observe", result=text))
         spans.append(_chat_span(f"{tag}-o{i}", call["model"], call["inputs"], call["outputs"]))
     rows = _rows(store, spans)
 
@@ -257,7 +299,7 @@ def build(store: Any) -> dict[str, Any]:
                  "texts -> normalized -> observation / reply hashes; tool calls -> canonical (as a span holds the "
                  "arguments) -> call and run hashes; calls (semantic-conventions messages) -> new_input, reply_text, "
                  "request and the rest.",
-        "version": 2, "texts": texts_out, "tool_calls": tools_out, "calls": calls_out,
+        "version": 3, "texts": texts_out, "tool_calls": tools_out, "calls": calls_out,
     }
 
 

@@ -70,7 +70,7 @@ export {
 } from './evidence/fingerprints.js';
 export { argumentsText, fromSemconv, fromVercelPrompt, type Message, type Part, replyText } from './evidence/messages.js';
 export {
-  canonicalText, digitsMasked, isEmptyObservation, isFailed, isPending, normalize, withoutKeys,
+  canonicalText, digitsMasked, firstLine, isAck, isEmptyObservation, isFailed, isPending, normalize, withoutKeys,
 } from './evidence/normalize.js';
 export { type Position, withInstruction } from './instruction.js';
 export {

@@ -14,13 +14,14 @@ const doc = JSON.parse(readFileSync(new URL('../../test-vectors/evidence.json', 
 const s = (x) => x.toString();
 
 test('the shared vectors: texts -> normalized -> observation and reply', () => {
-  assert.ok(doc.texts.length >= 15);
+  assert.ok(doc.texts.length >= 15 && doc.version === 3);
+  assert.ok(doc.texts.some((v) => v.observation.ack) && doc.texts.some((v) => v.observation.pending));
   for (const v of doc.texts) {
     assert.equal(normalize(v.text), v.normalized, v.name);
     assert.equal(normalize(withoutKeys(v.text)), v.normalized_without_keys, v.name);
     const o = observation(v.text);
     assert.deepEqual({ fp: s(o.fp), simhash: s(o.simhash), empty: o.empty, chars: o.chars, failed: o.failed,
-      shape: s(o.shape), pending: o.pending }, v.observation, v.name);
+      shape: s(o.shape), pending: o.pending, ack: o.ack }, v.observation, v.name);
     const r = reply(v.text);
     assert.deepEqual({ fp: s(r.fp), simhash: s(r.simhash) }, v.reply, v.name);
   }
@@ -48,9 +49,9 @@ test('the shared vectors: whole calls -> new input, reply, request, evidence', (
     assert.equal(replyText(outputs), v.reply_text, v.name);
     assert.equal(s(requestFp(v.model, inputs)), v.request, v.name);
     assert.deepEqual(modelCallEvidence(v.model, inputs), {
-      version: 2, request: v.request, input: v.observation.fp, input_simhash: v.observation.simhash,
+      version: 3, request: v.request, input: v.observation.fp, input_simhash: v.observation.simhash,
       input_empty: v.observation.empty, input_chars: v.observation.chars, input_failed: v.observation.failed,
-      input_shape: v.observation.shape, input_pending: v.observation.pending }, v.name);
+      input_shape: v.observation.shape, input_pending: v.observation.pending, input_ack: v.observation.ack }, v.name);
     const calls = outputs.flatMap((m) => m.parts.filter((p) => p.kind === 'tool_call'))
       .map((p) => toolCall(p.name, p.arguments)).map((c) => ({ fp: s(c.fp), simhash: s(c.simhash) }));
     assert.deepEqual(calls, v.tool_calls, v.name);

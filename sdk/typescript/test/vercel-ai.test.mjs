@@ -210,7 +210,7 @@ describe('Vercel AI SDK middleware', needsService, () => {
     const modelChecks = checks.filter((c) => c.pending?.request_fingerprint);
     const toolChecks = checks.filter((c) => c.pending?.tool_name);
     assert.ok(modelChecks.length >= 3 && toolChecks.length >= 3);
-    for (const c of modelChecks) assert.equal(c.pending.evidence.version, 2);
+    for (const c of modelChecks) assert.equal(c.pending.evidence.version, 3);
     for (const c of toolChecks) assert.deepEqual(Object.keys(c.pending).sort(), ['evidence', 'tool_name']);
     // the new input of the second call is the tool's result: fingerprinted, so a repeated result repeats its hash
     assert.equal(modelChecks[1].pending.evidence.input, modelChecks[2].pending.evidence.input);

@@ -5,6 +5,6 @@ ClickHouse's own functions), computed where the content is, so that no text leav
 * :mod:`.clickhouse_json`: JSON as ClickHouse's JSON functions read and re-serialize it;
 * :mod:`.normalize`: the view's normalization of content;
 * :mod:`.messages`: each library's messages in one neutral form;
-* :mod:`.fingerprints`: the fingerprint set (version 1), as span attributes and as a check's ``evidence``;
+* :mod:`.fingerprints`: the fingerprint set (version 3), as span attributes and as a check's ``evidence``;
 * :mod:`.pending`: the ``evidence`` of a guard's check, never failing it.
 """

@@ -1,4 +1,4 @@
-"""The app's fingerprints of a model call, version 2: what the service computes from content (the columns of
+"""The app's fingerprints of a model call, version 3: what the service computes from content (the columns of
 ``otel.genai_calls``), computed where the content is, so that loop-detector sees the same evidence whether a span
 carries the content or only these numbers. Never the text.
 
@@ -8,8 +8,8 @@ guard's check), every hash a ``UInt64`` written in decimal:
 =================================== ================================================================ ==================
 attribute                           value                                                            column
 =================================== ================================================================ ==================
-``loop_detector.fp.version``        2 (int; 1: the set without the three ``input_`` values that follow
-                                    ``input_chars``)
+``loop_detector.fp.version``        3 (int; 2: the set without ``input_ack``; 1: also without the three
+                                    ``input_`` values that follow ``input_chars``)
 ``loop_detector.fp.request``        ``cityHash64(model, messages)``: each message                    ``request_fp``
                                     ``cityHash64(role, parts)``, each part ``cityHash64(type, text)``
                                     or, a tool call, its tool fingerprint
@@ -22,7 +22,9 @@ attribute                           value                                       
 ``loop_detector.fp.input_shape``    ``cityHash64(normalize(new input) with digits as #)``, when it   ``observation_shape_fp``
                                     failed or says "nothing" (the only rows that column is read on)
 ``loop_detector.fp.input_pending``  the new input says the work is in progress (bool; a status of    ``observation_pending``
-                                    queued, running...)
+                                    queued, running..., "still running", "Progress: 45%")
+``loop_detector.fp.input_ack``      the new input only acknowledges what was done (bool; "File       ``observation_ack``
+                                    created", "True", a command completed with exit code 0)
 ``loop_detector.fp.output``         ``cityHash64(normalize(reply))``                                 ``output_fp``
 ``loop_detector.fp.output_simhash`` ``ngramSimHashCaseInsensitiveUTF8(normalize(reply))``            ``output_norm_simhash``
 ``loop_detector.fp.tool_names``     the tools the model asked for (string array)                     ``out_tool_names``
@@ -33,8 +35,10 @@ simhashes``                         digits as #)``
 =================================== ================================================================ ==================
 
 *New input*: the messages after the model's last one (the tool results and the user message since the last call;
-system messages left out), each message's parts' text joined by a space, messages joined by a space. A hash is
-absent (0 in :class:`CallEvidence`) where the service's would be 0: an empty normalized text.
+system messages left out), each message's parts' text joined by a space, messages joined by a space; none when no
+such message has a part. A new input that is empty (a tool's empty response) is an outcome of its own:
+``cityHash64('')``, "nothing" (``input_empty``), 0 characters. A hash is absent (0 in :class:`CallEvidence`) where
+the service's would be 0.
 
 A pre-flight check of a tool about to run carries what its ``execute_tool`` span's columns would be:
 ``tool`` (``tool_fp``: the same formula as a requested tool call), ``tool_args`` (``args_fp``:
@@ -71,6 +75,7 @@ from loop_detector_sdk.evidence.messages import (
 )
 from loop_detector_sdk.evidence.normalize import (
     digits_masked,
+    is_ack,
     is_empty_observation,
     is_failed,
     is_pending,
@@ -84,7 +89,7 @@ __all__ = [
     "tool_run",
 ]
 
-VERSION: Final = 2
+VERSION: Final = 3
 PREFIX: Final = "loop_detector.fp."
 ATTR_VERSION: Final = PREFIX + "version"
 ATTR_REQUEST: Final = PREFIX + "request"
@@ -95,13 +100,15 @@ ATTR_INPUT_CHARS: Final = PREFIX + "input_chars"
 ATTR_INPUT_FAILED: Final = PREFIX + "input_failed"
 ATTR_INPUT_SHAPE: Final = PREFIX + "input_shape"
 ATTR_INPUT_PENDING: Final = PREFIX + "input_pending"
+ATTR_INPUT_ACK: Final = PREFIX + "input_ack"
 ATTR_OUTPUT: Final = PREFIX + "output"
 ATTR_OUTPUT_SIMHASH: Final = PREFIX + "output_simhash"
 ATTR_TOOL_NAMES: Final = PREFIX + "tool_names"
 ATTR_TOOL_CALLS: Final = PREFIX + "tool_calls"
 ATTR_TOOL_CALL_SIMHASHES: Final = PREFIX + "tool_call_simhashes"
 ATTRIBUTES: Final = (ATTR_VERSION, ATTR_REQUEST, ATTR_INPUT, ATTR_INPUT_SIMHASH, ATTR_INPUT_EMPTY, ATTR_INPUT_CHARS,
-                     ATTR_INPUT_FAILED, ATTR_INPUT_SHAPE, ATTR_INPUT_PENDING, ATTR_OUTPUT, ATTR_OUTPUT_SIMHASH, ATTR_TOOL_NAMES, ATTR_TOOL_CALLS, ATTR_TOOL_CALL_SIMHASHES)
+                     ATTR_INPUT_FAILED, ATTR_INPUT_SHAPE, ATTR_INPUT_PENDING, ATTR_INPUT_ACK, ATTR_OUTPUT,
+                     ATTR_OUTPUT_SIMHASH, ATTR_TOOL_NAMES, ATTR_TOOL_CALLS, ATTR_TOOL_CALL_SIMHASHES)
 
 # The caches map texts to their fingerprints: a conversation sends its history again with every call, and an agent
 # in a loop sends the same texts. Bounded: so many entries per cache (cleared when full), texts up to so many
@@ -132,7 +139,8 @@ def _cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What came back (a call's new input): ``observation_fp``, ``observation_simhash``, ``observation_empty``,
-    ``observation_chars``, ``observation_failed``, ``observation_shape_fp``, ``observation_pending``."""
+    ``observation_chars``, ``observation_failed``, ``observation_shape_fp``, ``observation_pending``,
+    ``observation_ack``."""
 
     fp: int
     simhash: int
@@ -141,6 +149,7 @@ class Observation:
     failed: bool = False
     shape: int = 0
     pending: bool = False
+    ack: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,17 +179,20 @@ class ToolRunEvidence:
 
 
 def _observation(text: str) -> Observation:
+    """What came back, captured (an empty text included: an empty result is an outcome of its own, the same every
+    time, and "nothing")."""
     norm = normalize(text)
     keyless = without_keys(text)
     stripped = norm if keyless == text else normalize(keyless)
-    empty, failed = is_empty_observation(text), is_failed(text)
+    empty, failed = norm == "" or is_empty_observation(text), is_failed(text)
+    pending = is_pending(text, failed)
     # the shape is a failure's (or "nothing"'s) key, read only for those: computed only for those (a second hash of
     # the whole text costs as much as the first)
-    return Observation(fp=city_hash64(utf8(norm)) if norm else 0,
+    return Observation(fp=city_hash64(utf8(norm)),
                        simhash=word_shingle_simhash_ci(stripped) if stripped else 0,
                        empty=empty, chars=len(utf8(norm)), failed=failed,
-                       shape=city_hash64(utf8(digits_masked(norm))) if norm and (failed or empty) else 0,
-                       pending=is_pending(text))
+                       shape=city_hash64(utf8(digits_masked(norm))) if failed or empty else 0,
+                       pending=pending, ack=is_ack(text, failed, pending))
 
 
 def _reply(text: str) -> Reply:
@@ -283,14 +295,17 @@ def _request(model: str | None, message_hashes: Sequence[int]) -> int:
 
 
 def new_input_text(messages: Sequence[Message]) -> str | None:
-    """The text of the messages after the model's last one (system messages left out); None when there are none."""
+    """The text of the messages after the model's last one (system messages left out); None when there are none, or
+    none has a part (nothing was captured); "" when what came is empty (a tool's empty response: an outcome)."""
     start = 0
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].role == ASSISTANT:
             start = i + 1
             break
-    texts = [" ".join(p.text for p in m.parts) for m in messages[start:] if m.role not in SYSTEM_ROLES]
-    return " ".join(texts) if texts else None
+    new = [m for m in messages[start:] if m.role not in SYSTEM_ROLES]
+    if not any(m.parts for m in new):
+        return None
+    return " ".join([" ".join(p.text for p in m.parts) for m in new])
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +334,7 @@ class CallEvidence:
             if o.shape:
                 attrs[ATTR_INPUT_SHAPE] = str(o.shape)
             attrs[ATTR_INPUT_PENDING] = o.pending
+            attrs[ATTR_INPUT_ACK] = o.ack
         r = self.reply
         if r is not None and r.fp:
             attrs[ATTR_OUTPUT] = str(r.fp)
@@ -337,7 +353,7 @@ class CallEvidence:
         o = self.observation
         if o is not None:
             out.update(input=str(o.fp), input_simhash=str(o.simhash), input_empty=o.empty, input_chars=o.chars,
-                       input_failed=o.failed, input_shape=str(o.shape), input_pending=o.pending)
+                       input_failed=o.failed, input_shape=str(o.shape), input_pending=o.pending, input_ack=o.ack)
         return out
 
 

@@ -5,9 +5,9 @@ normalized text here is byte for byte the one the SQL hashes.
 ClickHouse runs them with RE2 over UTF-8 bytes; Python's ``re`` runs them over code points with ``re.ASCII``:
 every pattern here is ASCII-only, so both match the same spans. RE2's ``\\s`` is ``[\\t\\n\\f\\r ]`` (no vertical
 tab) and its ``$`` is the end of the text only: both are spelled out. ``trimBoth`` strips spaces only and
-``lower`` lowercases ASCII letters only; so do :func:`normalize` and :func:`is_empty_observation`. The failure and
-pending vocabularies match case-insensitively (RE2's ``(?i)``), here with ASCII case folding: RE2 also folds the
-Kelvin sign into ``k`` and the long s into ``s``, which no text in practice spells those words with.
+``lower`` lowercases ASCII letters only; so do :func:`normalize` and :func:`is_empty_observation`. The failure,
+pending and acknowledgement vocabularies match case-insensitively (RE2's ``(?i)``), here with ASCII case folding: RE2
+also folds the Kelvin sign into ``k`` and the long s into ``s``, which no text in practice spells those words with.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import re
 
 from loop_detector_sdk.evidence.clickhouse_json import object_pairs, pairs_text
 
-__all__ = ["canonical_text", "digits_masked", "is_empty_observation", "is_failed", "is_pending", "normalize",
-           "without_keys"]
+__all__ = ["canonical_text", "digits_masked", "first_line", "is_ack", "is_empty_observation", "is_failed",
+           "is_pending", "normalize", "without_keys"]
 
 _S = r"[\t\n\f\r ]"  # RE2's \s
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -41,9 +41,39 @@ _EMPTY = re.compile(
 _FAILED = re.compile(
     r"\b(error|exception|traceback|fatal|failed|failure|denied|not found|no such|cannot|can't|could not|unable to"
     r"|invalid|unexpected|refused|timed out|not recognized)\b|\busage:|<returncode>[1-9]", re.ASCII)
-_PENDING = re.compile(
-    rf'\b(status|state|phase)\\?"?{_S}*[:=]{_S}*\\?"?(queued|pending|running|in[ _-]?progress|processing|started'
-    r"|scheduled|waiting|not[ _-]?ready|building|deploying|provisioning|creating|initializing)\b", re.ASCII)
+# The work in progress (clickhouse/genai_calls_normalized.sql.tmpl, step 2c: said_pending): a status word as a status,
+# state or phase, or as the whole text; or, in a text that does not say it failed, a phrase
+_STATUS_WORDS = (r"queued|pending|running|in[ _-]?progress|processing|started|starting|scheduled|waiting|not[ _-]?ready"
+                 r"|building|deploying|provisioning|creating|initializing|progressing|rolling out|updating|scaling"
+                 r"|booting|accepted|submitted|working|busy")
+_PENDING = re.compile(rf'\b(status|state|phase)\\?"?{_S}*[:=]{_S}*\\?"?({_STATUS_WORDS})\b', re.ASCII)
+_PENDING_WORD = re.compile(rf"{_S}*[\"']?({_STATUS_WORDS})(\.|\.\.\.)?[\"']?{_S}*\Z", re.ASCII)
+_PENDING_PHRASE = re.compile(
+    r"\b(not (yet )?ready|still (running|processing|pending|in progress|working|building|deploying|waiting|initializing"
+    r"|starting|creating|provisioning|updating)|in progress|queued|waiting for)\b"
+    rf"|\bprogress\W{{0,3}}\d{{1,3}}(\.\d+)?{_S}?%", re.ASCII)
+# What came back only acknowledges what was done (step 3: observation_ack), on its first line (:func:`first_line`),
+# lowercased; each alternative is documented with its examples in the SQL. And a whole text that is a JSON
+# acknowledgement.
+_ACK_VERBS = (r"edited|updated|created|written|wrote|saved|modified|changed|applied|deleted|removed|added|inserted"
+              r"|replaced|renamed|moved|uploaded|attached|installed|restarted|deployed|reverted|appended|overwritten"
+              r"|stored|recorded|scheduled|committed|sent|posted|submitted|set")
+_ACK_LINE_VERBS = (r"edited|updated|created|written|wrote|saved|modified|changed|applied|deleted|removed|added"
+                   r"|inserted|replaced|renamed|moved|uploaded|attached|installed|restarted|deployed|reverted|appended"
+                   r"|overwritten|stored|recorded|committed")
+_ACK = re.compile(
+    r"\W*(?:"
+    rf"(?:the{_S}+|a{_S}+)?(?:command|process|script|operation|task|job){_S}+(?:completed|finished|succeeded|ran)"
+    rf"(?:{_S}+successfully)?(?:{_S}+with{_S}+exit{_S}+code{_S}+0)?\W*\Z"
+    rf"|(?:ok|okay|done|true|success|succeeded|saved|updated|created|written|applied|deleted|removed|acknowledged"
+    rf"|accepted)[.!]?{_S}*\Z"
+    rf"|[^\n]*\b(?:(?:has|have){_S}+been|was|were|successfully|(?:is|are){_S}+now){_S}+(?:{_ACK_VERBS})\b"
+    rf"|[^\n]*\b(?:{_ACK_VERBS}){_S}+successfully\b"
+    rf"|(?:the{_S}+)?(?:file|record|entry|item|settings?|config(?:uration)?|key|value|document|page|row)?{_S}*"
+    rf"(?:{_ACK_LINE_VERBS})\b[^\n]{{0,160}}\Z"
+    r")", re.ASCII)
+_JSON_ACK = re.compile(rf'{_S}*\{{{_S}*"(?:ok|success|acknowledged)"{_S}*:{_S}*true{_S}*\}}{_S}*\Z', re.ASCII)
+_FIRST_LINE = re.compile(r"[\t\n\f\r ]*([^\n]{0,300})")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -97,6 +127,7 @@ _FAILED_WORDS = ("error", "exception", "traceback", "fatal", "fail", "denied", "
                  "can't", "could not", "unable to", "invalid", "unexpected", "refused", "timed out", "not recognized",
                  "usage:", "<returncode>")
 _PENDING_WORDS = ("status", "state", "phase")
+_PENDING_PHRASE_WORDS = ("ready", "still", "progress", "queued", "waiting for")
 
 
 def is_failed(text: str) -> bool:
@@ -105,7 +136,40 @@ def is_failed(text: str) -> bool:
     return any(w in lowered for w in _FAILED_WORDS) and _FAILED.search(lowered) is not None
 
 
-def is_pending(text: str) -> bool:
-    """The text says the work is still in progress (``observation_pending``): a status of queued, running..."""
+def is_pending(text: str, failed: bool | None = None) -> bool:
+    """The text says the work is still in progress (``observation_pending``): a status word (queued, running, in
+    progress...) as a status, state or phase or as the whole text; or, unless the text says it failed, a phrase (not
+    ready, still running, waiting for, in progress, queued, a progress percentage). ``failed``: :func:`is_failed` of
+    the text, when the caller has it."""
+    if text == "":
+        return False
     lowered = text.translate(_ASCII_LOWER)
-    return any(w in lowered for w in _PENDING_WORDS) and _PENDING.search(lowered) is not None
+    if any(w in lowered for w in _PENDING_WORDS) and _PENDING.search(lowered) is not None:
+        return True
+    if _PENDING_WORD.match(lowered) is not None:
+        return True
+    if not any(w in lowered for w in _PENDING_PHRASE_WORDS) or _PENDING_PHRASE.search(lowered) is None:
+        return False
+    return not (is_failed(text) if failed is None else failed)
+
+
+def first_line(text: str) -> str:
+    """The first line of a text, leading whitespace (RE2's ``\\s``) skipped, at most 300 characters (code points):
+    what :func:`is_ack` reads."""
+    match = _FIRST_LINE.match(text)
+    return match.group(1) if match is not None else ""
+
+
+def is_ack(text: str, failed: bool | None = None, pending: bool | None = None) -> bool:
+    """The text only acknowledges what was done (``observation_ack``): its first line says a file was created, a
+    record updated, a command completed with exit code 0 and nothing else, "True"...; or the whole text is
+    ``{"ok": true}`` (``success``, ``acknowledged``). Never a text that says it failed or that the work is in
+    progress (``failed``, ``pending``: :func:`is_failed`, :func:`is_pending` of the text, when the caller has them)."""
+    line = first_line(text)
+    if line == "":
+        return False
+    lowered = line.translate(_ASCII_LOWER)
+    if _ACK.match(lowered) is None and not (line[0] == "{" and _JSON_ACK.match(text.translate(_ASCII_LOWER))):
+        return False
+    failed = is_failed(text) if failed is None else failed
+    return not failed and not (is_pending(text, failed) if pending is None else pending)

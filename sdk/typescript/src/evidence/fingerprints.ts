@@ -1,5 +1,5 @@
 /**
- * The app's fingerprints of a call, version 2: what the service computes from content, computed where the
+ * The app's fingerprints of a call, version 3: what the service computes from content, computed where the
  * content is (the Python SDK's `loop_detector_sdk.evidence.fingerprints` documents the set and the columns of
  * `otel.genai_calls` each stands for). Hashes are `bigint`; on the wire, decimal strings.
  */
@@ -8,9 +8,9 @@ import { cityHash64, combine, hashPairs, hashStrings, intHash, ngramSimhashCI, u
   from './clickhouse-hash.js';
 import { objectPairs } from './clickhouse-json.js';
 import { argumentsText, type Message, type Part, TOOL_CALL } from './messages.js';
-import { digitsMasked, isEmptyObservation, isFailed, isPending, normalize, withoutKeys } from './normalize.js';
+import { digitsMasked, isAck, isEmptyObservation, isFailed, isPending, normalize, withoutKeys } from './normalize.js';
 
-export const VERSION = 2;
+export const VERSION = 3;
 const SYSTEM_ROLES = new Set(['system', 'developer']);
 
 export interface Observation {
@@ -21,6 +21,7 @@ export interface Observation {
   failed: boolean;
   shape: bigint;
   pending: boolean;
+  ack: boolean;
 }
 
 export interface Reply {
@@ -40,22 +41,25 @@ export interface ToolRunEvidence {
   argsSimhash: bigint;
 }
 
-/** The new input of a call: observation_fp, observation_simhash, observation_empty, observation_chars,
- * observation_failed, observation_shape_fp, observation_pending. */
+/** The new input of a call, captured (an empty text included: an empty result is an outcome of its own, the same
+ * every time, and "nothing"): observation_fp, observation_simhash, observation_empty, observation_chars,
+ * observation_failed, observation_shape_fp, observation_pending, observation_ack. */
 export function observation(text: string): Observation {
   const norm = normalize(text);
   const stripped = normalize(withoutKeys(text));
-  const empty = isEmptyObservation(text);
+  const empty = norm === '' || isEmptyObservation(text);
   const failed = isFailed(text);
+  const pending = isPending(text, failed);
   return {
-    fp: norm ? cityHash64(utf8(norm)) : 0n,
+    fp: cityHash64(utf8(norm)),
     simhash: stripped ? wordShingleSimhashCI(stripped) : 0n,
     empty,
     chars: utf8(norm).length,
     failed,
     // a failure's (or "nothing"'s) key: read only for those, computed only for those
-    shape: norm && (failed || empty) ? cityHash64(utf8(digitsMasked(norm))) : 0n,
-    pending: isPending(text),
+    shape: failed || empty ? cityHash64(utf8(digitsMasked(norm))) : 0n,
+    pending,
+    ack: isAck(text, failed, pending),
   };
 }
 
@@ -102,7 +106,8 @@ export function requestFp(model: string | null | undefined, messages: Message[])
   return h;
 }
 
-/** The text of the messages after the model's last one (system messages left out); undefined when none. */
+/** The text of the messages after the model's last one (system messages left out); undefined when none, or none has
+ * a part (nothing was captured); '' when what came is empty (a tool's empty response: an outcome). */
 export function newInputText(messages: Message[]): string | undefined {
   let start = 0;
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -111,14 +116,14 @@ export function newInputText(messages: Message[]): string | undefined {
       break;
     }
   }
-  const texts = messages.slice(start).filter((m) => !SYSTEM_ROLES.has(m.role))
-    .map((m) => m.parts.map((p) => p.text).join(' '));
-  return texts.length ? texts.join(' ') : undefined;
+  const fresh = messages.slice(start).filter((m) => !SYSTEM_ROLES.has(m.role));
+  if (!fresh.some((m) => m.parts.length > 0)) return undefined;
+  return fresh.map((m) => m.parts.map((p) => p.text).join(' ')).join(' ');
 }
 
 /** `pending.evidence` of a check before a model call: its request and new input. */
 export interface ModelCallEvidence {
-  version: 2;
+  version: 3;
   request: string;
   input?: string;
   input_simhash?: string;
@@ -127,11 +132,12 @@ export interface ModelCallEvidence {
   input_failed?: boolean;
   input_shape?: string;
   input_pending?: boolean;
+  input_ack?: boolean;
 }
 
 /** `pending.evidence` of a check before a tool runs. */
 export interface ToolEvidence {
-  version: 2;
+  version: 3;
   tool: string;
   tool_args: string;
   tool_args_simhash: string;
@@ -151,6 +157,7 @@ export function modelCallEvidence(model: string | null | undefined, messages: Me
     out.input_failed = o.failed;
     out.input_shape = o.shape.toString();
     out.input_pending = o.pending;
+    out.input_ack = o.ack;
   }
   return out;
 }
