@@ -1,8 +1,8 @@
 """Real agents' runs, labeled by careful review: the yardstick of detection quality.
 
 The runs come from public repositories (SWE-agent on Java issues, mini-swe-agent on SWE-bench, tau-bench's airline
-agent, OpenHands on SWE-bench); ``corpora/real-runs/README.md`` says how to rebuild them with ``extract.py`` (they are not copied into this
-repository: one source has no license). Each run is a list of steps in one format: a tool step (the model asked for
+agent, OpenHands on SWE-bench); ``corpora/real-runs/README.md`` says how to rebuild them with ``extract.py`` (they are
+not copied into this repository: two sources have no license). Each run is a list of steps in one format: a tool step (the model asked for
 one tool, then it ran and its result came back) or a text step (the model replied; the user's answer arrives before
 the next step). The labels (``labels.jsonl``) say whether a run loops, and where its first loop starts and ends.
 
