@@ -285,7 +285,8 @@ def main() -> int:
     ap.add_argument("--data", required=True, help="a replay's data directory (replayed into when it does not exist)")
     ap.add_argument("--content", default=",".join(CONTENT_MODES), help="content modes (default: all three)")
     ap.add_argument("--presets", default=",".join(PRESETS), help="presets (default: default,protect)")
-    ap.add_argument("--variants", help="comma-separated parts of variant names (default: all; as shipped always)")
+    ap.add_argument("--variants", help="comma-separated parts of variant names (default: all; as shipped always: "
+                    "--variants 'as shipped' for it alone)")
     ap.add_argument("--check", metavar="REPORT", help="an eval --real-runs JSON report to check as shipped against")
     ap.add_argument("--generated", metavar="DIR", help="the generated corpus too: its replay's data directory")
     args = ap.parse_args()
