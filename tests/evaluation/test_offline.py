@@ -65,3 +65,17 @@ def test_offline_scoring_of_a_replay_gives_the_pipelines_actions(tmp_path):
     assert "w" in report["actions"][loop_detector_system("default")][scenario_id("swe-loop", "on")]
     assert "b" in protect[scenario_id("swe-loop", "on")]
     assert set(protect[scenario_id("oh-honest", "on")] + protect[scenario_id("tau-honest", "on")]) == {"."}
+
+
+def test_eval_keeps_a_replay_only_in_a_new_directory(tmp_path, capsys):
+    from detector.cli.main import main
+
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text('{"id": "swe-loop", "source": "swe-agent", "model": "m", "steps": []}\n')
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"id": "swe-loop", "label": "honest", "clear": true}\n')
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "chdb").mkdir()
+    assert main(["eval", "--real-runs", str(runs), "--labels", str(labels), "--keep-replay",
+                 str(tmp_path / "used")]) == 2
+    assert "not empty" in capsys.readouterr().err
