@@ -1,8 +1,8 @@
 """``loop-detector eval``: the command's arguments turned into a replay and a report.
 
-The measuring lives in :mod:`detector.evaluation` (``evaluate``: the repository's corpora; ``real_runs``: real agents'
-runs); this module only reads the options, loads what they name, and prints. Kept apart so that the evaluation
-modules import each other in one direction (``real_runs`` builds on ``evaluate``).
+The measuring lives in :mod:`detector.evaluation` (``evaluate``: the repository's corpora; ``real_runs_eval``: real
+agents' runs); this module only reads the options, loads what they name, and prints. Kept apart so that the evaluation
+modules import each other in one direction.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from detector.evaluation.evaluate import run_eval, schema_fingerprint
 from detector.evaluation.quality import LOOP_DETECTOR
@@ -93,15 +93,10 @@ def run_cli(args: Any) -> int:
 
 
 def _real_runs_cli(args: Any) -> int:
-    """``loop-detector eval --real-runs FILE``: the yardstick (:mod:`detector.evaluation.real_runs`)."""
-    from detector.evaluation.real_runs import (
-        CONTENT_MODES,
-        LABELS_FILE,
-        load_labels,
-        load_real_runs,
-        render_real_eval,
-        run_real_eval,
-    )
+    """``loop-detector eval --real-runs FILE``: the yardstick (:mod:`detector.evaluation.real_runs_eval`)."""
+    from detector.evaluation.real_runs import CONTENT_MODES, LABELS_FILE, ContentMode, load_labels, load_real_runs
+    from detector.evaluation.real_runs_eval import run_real_eval
+    from detector.evaluation.real_runs_report import render_real_eval
 
     try:
         runs = load_real_runs(args.real_runs)
@@ -118,12 +113,19 @@ def _real_runs_cli(args: Any) -> int:
         print(f"unknown content mode {', '.join(unknown) or '(none)'}: choose from {', '.join(CONTENT_MODES)}",
               file=sys.stderr)
         return 2
+    keep = Path(args.keep_replay) if getattr(args, "keep_replay", None) else None
+    if keep is not None and keep.exists() and any(keep.iterdir()):
+        print(f"--keep-replay {keep}: not empty (the replay needs a new data directory)", file=sys.stderr)
+        return 2
     report = run_real_eval(runs, labels, presets=("default",) if args.no_blocking_pass else ("default", "protect"),
-                           tool_errors=args.tool_errors, progress=not args.quiet, modes=modes)
+                           tool_errors=args.tool_errors, progress=not args.quiet,
+                           modes=cast("list[ContentMode]", modes), keep_replay=keep)
     print(render_real_eval(report, markdown=args.markdown))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
         print(f"results written to {args.json}", file=sys.stderr)
+    if keep is not None:
+        print(f"the default preset's replay kept in {keep}", file=sys.stderr)
     return 0
 
 

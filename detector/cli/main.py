@@ -274,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
         "default: all three"))
     ev.add_argument("--tool-errors", action="store_true",
                     help="with --real-runs: send error-looking results as failed execute_tool spans (default: as text)")
+    ev.add_argument("--keep-replay", metavar="DIR", help=(
+        "with --real-runs: keep the replay's data directory (the default preset's) in DIR, a new directory, for "
+        "tools/progress_ablation.py to score again offline"))
     ev.add_argument("--config", help="YAML config file to evaluate (default: the default configuration)")
     ev.add_argument("--json", help="also write the results as JSON to this file")
     ev.add_argument("--write-corpus", metavar="DIR", help="write the built-in corpus to DIR as JSON files and exit")

@@ -38,11 +38,12 @@ PRESET_TARGETS: dict[str, dict[str, float]] = {
 }
 
 
-def baseline_actions(steps: Sequence[Any]) -> dict[str, tuple[str, list[str]]]:
+def baseline_actions(steps: Sequence[Any], *, trace_cap: bool = False) -> dict[str, tuple[str, list[str]]]:
     """Per baseline (name -> (label, actions)): 'block' on the calls where it fires, else 'allow'.
-    A baseline has one action; a firing counts both at warn and at block."""
+    A baseline has one action; a firing counts both at warn and at block. ``trace_cap``: TokenPolice's call cap too
+    (:func:`~detector.evaluation.baselines.all_baselines`)."""
     out: dict[str, tuple[str, list[str]]] = {}
-    for baseline in all_baselines():
+    for baseline in all_baselines(trace_cap=trace_cap):
         out[baseline.name] = (baseline.label, [ACTION_BLOCK if baseline.observe(s) else ACTION_ALLOW for s in steps])
     return out
 

@@ -1,8 +1,8 @@
 """Real agents' runs, labeled by careful review: the yardstick of detection quality.
 
 The runs come from public repositories (SWE-agent on Java issues, mini-swe-agent on SWE-bench, tau-bench's airline
-agent); ``corpora/real-runs/README.md`` says how to rebuild them with ``extract.py`` (they are not copied into this
-repository: one source has no license). Each run is a list of steps in one format: a tool step (the model asked for
+agent, OpenHands on SWE-bench); ``corpora/real-runs/README.md`` says how to rebuild them with ``extract.py`` (they are
+not copied into this repository: two sources have no license). Each run is a list of steps in one format: a tool step (the model asked for
 one tool, then it ran and its result came back) or a text step (the model replied; the user's answer arrives before
 the next step). The labels (``labels.jsonl``) say whether a run loops, and where its first loop starts and ends.
 
@@ -13,6 +13,9 @@ trace per run under an ``invoke_agent`` span) and reads the decision after every
 next call. :func:`score_real_run` applies the reviewers' criterion: a loop is caught when the first action above
 ``allow`` comes at or after ``onset - 1`` and no later than ``end + 1``; an honest run is falsely flagged when any
 action above ``allow`` happens at all.
+
+The replay itself is :mod:`detector.evaluation.real_runs_eval`; the figures, overall and per source, and their tables
+are :mod:`detector.evaluation.real_runs_report`.
 """
 
 from __future__ import annotations
@@ -31,15 +34,28 @@ from detector.evaluation.corpus_text import RunBuilder
 from detector.settings.vocabulary import ACTION_BLOCK, ACTION_WARN
 
 __all__ = [
-    "CONTENT_MODES", "ContentMode", "LABELS_FILE", "PRESETS", "RealRun", "RealRunScore", "RunLabel", "RunStep", "Timing",
-    "load_labels", "load_real_runs", "real_run_metrics", "render_real_eval", "run_real_eval", "score_real_run",
-    "to_scenario",
+    "CONTENT_MODES", "ContentMode", "LABELS_FILE", "PRESETS", "Preset", "RealRun", "RealRunScore", "RunLabel",
+    "RunStep", "SOURCES", "SOURCE_LABELS", "Source", "Timing", "load_labels", "load_real_runs", "real_run_metrics",
+    "scenario_id", "score_real_run", "to_scenario",
 ]
 
 # The labels, and the README that says how to rebuild the runs, live in the repository (the runs do not).
 LABELS_FILE = Path(__file__).resolve().parents[2] / "corpora" / "real-runs" / "labels.jsonl"
 
 Label = Literal["loop", "honest"]
+
+# The agents the runs come from (a run's ``source``, as extract.py writes it), in the order the tables show them.
+Source = Literal["swe-agent", "mini-swe-agent", "tau-bench", "openhands"]
+SOURCES: tuple[Source, ...] = ("swe-agent", "mini-swe-agent", "tau-bench", "openhands")
+SOURCE_LABELS: dict[str, str] = {"swe-agent": "SWE-agent", "mini-swe-agent": "mini-swe-agent",
+                                 "tau-bench": "tau-bench", "openhands": "OpenHands"}
+
+Preset = Literal["default", "protect"]
+PRESETS: tuple[Preset, ...] = ("default", "protect")
+# on: content captured; off: not; fingerprints: not, with the app's fingerprints on the chat spans (the completion
+# hook's; the tool spans without content, as an instrumentation with content off writes them)
+ContentMode = Literal["on", "off", "fingerprints"]
+CONTENT_MODES: tuple[ContentMode, ...] = ("on", "off", "fingerprints")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +73,7 @@ class RunStep:
 @dataclass(frozen=True, slots=True)
 class RealRun:
     id: str
-    source: str  # swe-agent | mini-swe-agent | tau-bench
+    source: str  # a Source, when extract.py wrote it (another name is a source of its own)
     model: str
     steps: tuple[RunStep, ...]
 
@@ -107,6 +123,11 @@ def load_labels(path: str | Path = LABELS_FILE) -> dict[str, RunLabel]:
             labels[d["id"]] = RunLabel(id=d["id"], label=d["label"], onset=d.get("onset"), end=d.get("end"),
                                        kind=d.get("kind", ""), clear=bool(d.get("clear", True)))
     return labels
+
+
+def scenario_id(run_id: str, mode: ContentMode) -> str:
+    """The replayed scenario of a run in one content mode (the session ids of the replay carry it)."""
+    return f"{run_id}~{mode}"
 
 
 def to_scenario(run: RealRun, label: RunLabel, *, capture_content: bool, timing: Timing = Timing(),
@@ -181,110 +202,13 @@ def real_run_metrics(scores: Iterable[RealRunScore], clear_only: bool = True) ->
     def share(n: int, d: int) -> float | None:
         return round(n / d, 3) if d else None
 
+    caught_warn, caught_block = sum(s.caught_flag for s in loops), sum(s.caught_block for s in loops)
     return {
-        "loops": len(loops), "honest": len(honest),
-        "recall_warn": share(sum(s.caught_flag for s in loops), len(loops)),
-        "recall_block": share(sum(s.caught_block for s in loops), len(loops)),
+        "loops": len(loops), "honest": len(honest), "caught_warn": caught_warn, "caught_block": caught_block,
+        "recall_warn": share(caught_warn, len(loops)), "recall_block": share(caught_block, len(loops)),
         "honest_flagged": share(sum(s.first_flag is not None for s in honest), len(honest)),
         "honest_flagged_n": sum(s.first_flag is not None for s in honest),
         "honest_blocked": sum(s.first_block is not None for s in honest),
         "wasted_to_warn_median": statistics.median(to_flag) if to_flag else None,
         "wasted_to_block_median": statistics.median(to_block) if to_block else None,
     }
-
-
-# ============================================================================================ the evaluation
-
-PRESETS: tuple[str, ...] = ("default", "protect")
-# on: content captured; off: not; fingerprints: not, with the app's fingerprints on the chat spans (the completion
-# hook's; the tool spans without content, as an instrumentation with content off writes them)
-ContentMode = Literal["on", "off", "fingerprints"]
-CONTENT_MODES: tuple[ContentMode, ...] = ("on", "off", "fingerprints")
-
-
-def run_real_eval(runs: Sequence[RealRun], labels: dict[str, RunLabel], *, presets: Sequence[str] = PRESETS,
-                  timing: Timing = Timing(), tool_errors: bool = False, progress: bool = True,
-                  modes: Sequence[ContentMode] = CONTENT_MODES) -> dict[str, Any]:
-    """Replay every run in each content mode (``modes``: captured, not, not with the app's fingerprints), once per
-    preset, through the real pipeline (one service per preset; the decision read after every step), and the peers'
-    rules on the rows the default replay stored.
-    Returns the figures of every system per content mode (clear labels, and all labels) and every run's actions."""
-    from detector.evaluation.quality import baseline_actions
-    from detector.evaluation.replay import ProgressBar, replay
-    from detector.settings.config import AppConfig, parse_config
-
-    runs = [r for r in runs if r.id in labels]
-    scenarios = []
-    for mode in modes:
-        for run in runs:
-            sc = to_scenario(run, labels[run.id], capture_content=mode == "on", timing=timing, tool_errors=tool_errors,
-                             app_fingerprints=mode == "fingerprints")
-            sc.id = f"{run.id}~{mode}"
-            scenarios.append(sc)
-    total = sum(len(s.calls) for s in scenarios)
-    actions: dict[str, dict[str, list[str]]] = {}  # system -> scenario id -> actions
-    labels_of: dict[str, str] = {}
-    for i, preset in enumerate(presets):
-        config = AppConfig() if preset == "default" else parse_config({"preset": preset}, preset)
-        bar = ProgressBar(total, f"real runs {i + 1}/{len(presets)} ({preset})", enabled=progress)
-        rep = replay(scenarios, config, config_name=f"loop-detector ({preset})", progress=bar)
-        bar.close()
-        name = f"loop-detector ({preset})"
-        labels_of[name] = name
-        actions[name] = {sid: [d["action"] for d in ds] for sid, ds in rep.decisions.items()}
-        if i == 0:
-            for sc in scenarios:
-                for base, (label, acts) in baseline_actions(rep.steps[sc.id]).items():
-                    labels_of[base] = label
-                    actions.setdefault(base, {})[sc.id] = acts
-    figures: dict[str, dict[str, Any]] = {}
-    for system, by_run in actions.items():
-        figures[system] = {}
-        for mode in modes:
-            scores = [score_real_run(by_run[f"{r.id}~{mode}"], labels[r.id]) for r in runs]
-            figures[system][mode] = {"clear": real_run_metrics(scores), "all": real_run_metrics(scores, False)}
-    return {"runs": len(runs), "modes": list(modes), "loops": sum(labels[r.id].label == "loop" for r in runs),
-            "clear_loops": sum(labels[r.id].label == "loop" and labels[r.id].clear for r in runs),
-            "clear_honest": sum(labels[r.id].label == "honest" and labels[r.id].clear for r in runs),
-            "systems": [{"name": n, "label": labels_of[n]} for n in actions], "figures": figures,
-            "actions": {system: {sid: "".join("." if a == "allow" else a[0] for a in acts) for sid, acts in by.items()}
-                        for system, by in actions.items()}}
-
-
-def render_real_eval(report: dict[str, Any], markdown: bool = False) -> str:
-    """The headline table: per system and content mode, recall at warn and at block, honest runs flagged and blocked,
-    median wasted steps to warn (clear labels; all labels in parentheses for recall and false flags)."""
-    header = ["system", "content", "recall at warn", "honest flagged", "wasted steps to warn (median)",
-              "recall at block", "honest blocked"]
-    rows = []
-    for system in report["systems"]:
-        for mode in report.get("modes", CONTENT_MODES):
-            f = report["figures"][system["name"]][mode]
-            c, a = f["clear"], f["all"]
-            rows.append([system["label"], mode, f"{_rate(c['recall_warn'])} ({_rate(a['recall_warn'])})",
-                         f"{_pct(c['honest_flagged'])} {c['honest_flagged_n']}/{c['honest']} ({_pct(a['honest_flagged'])})",
-                         _num(c["wasted_to_warn_median"]), _rate(c["recall_block"]),
-                         f"{c['honest_blocked']}/{c['honest']}"])
-    lines = [f"real runs: {report['runs']} ({report['clear_loops']} clear loops, {report['clear_honest']} clear honest "
-             "runs; all labels in parentheses)", ""]
-    if markdown:
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|")
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-    else:
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-        for r in [header, *rows]:
-            lines.append("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)))
-    return "\n".join(lines)
-
-
-def _rate(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:g}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["render"]
@@ -105,6 +106,7 @@ def render(metrics: dict[str, Any], markdown: bool = False) -> str:
 
 
 def _short_label(system: dict[str, Any]) -> str:
+    """A column header: a baseline's label up to its rule ("Gemini CLI: the same tool call..." -> "Gemini CLI")."""
     if system["kind"] != "baseline":
         return system["label"]
-    return system["label"].split(")")[0] + ")"
+    return re.split(r"[:(]", system["label"], maxsplit=1)[0].strip()

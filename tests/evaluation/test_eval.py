@@ -10,7 +10,7 @@ import pytest
 from detector.cli.main import main
 from detector.evaluation.baselines import StoredCall, ToolRun
 from detector.evaluation.baselines.openhands import StuckDetector
-from detector.evaluation.baselines.tokenpolice import ExactPromptRepeat
+from detector.evaluation.baselines.tokenpolice import ExactPromptRepeat, TraceCallCap
 from detector.evaluation.baselines.tool_repeat import SameToolCallThrice
 from detector.evaluation.corpus import (
     FAMILIES,
@@ -146,6 +146,14 @@ def test_tokenpolice_exact_prompt_repeat():
     assert not any(fires(ExactPromptRepeat(), [step(0), step(0), step(0)]))  # unknown prompts never match
     # per trace: the same prompt in three different runs is not a loop
     assert not any(fires(ExactPromptRepeat(), [step(1, trace=t) for t in "abc"]))
+
+
+def test_tokenpolice_trace_call_cap():
+    # trips on the call that reaches the ceiling (the 25th), per trace
+    assert fires(TraceCallCap(), [step(i) for i in range(26)]) == [False] * 24 + [True, True]
+    assert not any(fires(TraceCallCap(limit=3), [step(1, trace=t) for t in "abab"]))
+    assert baseline_actions([step(1)] * 25, trace_cap=True)["tokenpolice_trace_cap"][1][-2:] == ["allow", "block"]
+    assert "tokenpolice_trace_cap" not in baseline_actions([step(1)])  # not on the generated corpus
 
 
 def test_same_tool_call_three_times_in_a_conversation():

@@ -1,4 +1,4 @@
-"""Baseline (c): OpenHands' ``StuckDetector`` (openhands/controller/stuck.py), its first two conditions.
+"""Baseline: OpenHands' ``StuckDetector`` (openhands/controller/stuck.py), its first two conditions.
 
 Published behaviour: the agent is stuck when
 
@@ -29,7 +29,7 @@ _unique = count(1)
 
 class StuckDetector:
     name = "openhands_stuck"
-    label = "(c) OpenHands StuckDetector (4 pairs / 3 errors)"
+    label = "OpenHands StuckDetector (4 pairs / 3 errors)"
     source = "OpenHands openhands/controller/stuck.py: StuckDetector scenarios 1 and 2"
 
     def __init__(self) -> None:

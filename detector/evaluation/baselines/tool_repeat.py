@@ -1,4 +1,4 @@
-"""Baseline (b): "three or more spans with the same tool name and arguments in a conversation".
+"""Baseline, OpenLIT-style: "three or more spans with the same tool name and arguments in a conversation".
 
 The simplest published loop heuristic over traces (observability products describe agent loop
 detection this way): count ``execute_tool`` spans per conversation by tool name + arguments, anywhere in
@@ -18,7 +18,7 @@ __all__ = ["SameToolCallThrice"]
 
 class SameToolCallThrice:
     name = "same_tool_call_x3"
-    label = "(b) same tool + arguments >= 3 times"
+    label = "OpenLIT-style: the same tool + arguments >= 3 times"
     source = "common trace-analytics heuristic: >= 3 spans with the same tool name and arguments in a conversation"
 
     def __init__(self, threshold: int = 3) -> None:
