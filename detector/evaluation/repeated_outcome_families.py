@@ -247,43 +247,69 @@ def gen_idempotent_read(rng: random.Random, v: int) -> tuple[list[CallSpec], int
 # ------------------------------------------------------------------------------ a health probe between work
 
 
+MIGRATED_TABLES = {  # table -> what its migration re-points
+    "orders": "customers, addresses", "order_items": "orders, products", "invoices": "orders, customers",
+    "payments": "invoices, payment_methods", "refunds": "payments, orders", "shipments": "orders, warehouses, carriers",
+    "customers": "accounts", "addresses": "customers, countries", "products": "categories, suppliers",
+}
+INDUSTRIES = ["logistics", "retail banking", "industrial robotics", "specialty chemicals", "B2B software",
+              "food distribution", "medical devices", "renewable energy", "freight forwarding", "insurance brokerage"]
+CITIES = ["Rotterdam", "Lyon", "Austin", "Gdansk", "Porto", "Leeds", "Graz", "Malmo", "Bilbao", "Osaka", "Pune"]
+DISTRICTS = [("Prenzlauer Berg", "Kastanienallee"), ("Kreuzberg", "Oranienstrasse"), ("Neukoelln", "Weserstrasse"),
+             ("Charlottenburg", "Kantstrasse"), ("Friedrichshain", "Simon-Dach-Strasse"), ("Wedding", "Mullerstrasse"),
+             ("Schoeneberg", "Akazienstrasse"), ("Moabit", "Turmstrasse"), ("Pankow", "Florastrasse"),
+             ("Mitte", "Torstrasse"), ("Steglitz", "Schlossstrasse"), ("Tempelhof", "Manfred-von-Richthofen-Strasse"),
+             ("Lichtenberg", "Frankfurter Allee"), ("Treptow", "Karl-Kunger-Strasse"), ("Wilmersdorf", "Uhlandstrasse"),
+             ("Spandau", "Carl-Schurz-Strasse"), ("Koepenick", "Bahnhofstrasse"), ("Zehlendorf", "Teltower Damm")]
+AMENITIES = ["balcony", "lift", "fitted kitchen", "garden share", "cellar", "parquet", "bathtub", "south-facing",
+             "bike storage", "roof terrace", "underfloor heating", "quiet courtyard"]
+
+
+def _health_work(rng: random.Random, kind: int, k: int, tables: list[str], companies: list[str]) -> ToolSpec:
+    """One step of real work, its result new in words, not only in numbers."""
+    if kind == 0:
+        table = tables[k]
+        rows = rng.randint(8_000, 240_000)
+        done = (f"Copied {rows:,} rows of {table}; foreign keys to {MIGRATED_TABLES[table]} re-pointed; checksum "
+                f"{rng.getrandbits(32):08x} matches the source.")
+        return ToolSpec("migrate_table", {"table": table}, done, tokens_of(done), duration_s=rng.uniform(4, 12))
+    if kind == 1:
+        company = companies[k]
+        domain = company.lower().replace(" ", "-").replace(".", "") + rng.choice([".com", ".io", ".de", ".co.uk"])
+        record = json.dumps({"domain": domain, "name": company, "industry": rng.choice(INDUSTRIES),
+                             "employees": rng.choice(["11-50", "51-200", "201-1000", "1001-5000"]),
+                             "hq": rng.choice(CITIES), "linkedin": f"https://linkedin.com/company/{domain.split('.')[0]}"})
+        return ToolSpec("enrich_company", {"domain": domain}, record, tokens_of(record), duration_s=rng.uniform(0.5, 2.0))
+    rows = "\n".join(f"L-{rng.randint(100_000, 999_999)} {rng.randint(1, 5)}-room {rng.choice(['flat', 'loft', 'house'])}, "
+                     f"{d}, {st} {rng.randint(1, 120)}, {rng.randint(600, 3200)} EUR, "
+                     + ", ".join(rng.sample(AMENITIES, 2)) for d, st in rng.sample(DISTRICTS, 5))
+    return ToolSpec("get_listings", {"page": k + 1, "per_page": 5}, rows, tokens_of(rows) + 20, duration_s=0.8)
+
+
 def gen_health_probe_between(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
     kind = v % 3
     probe_result = [json.dumps({"status": "ok", "version": f"2.4.{rng.randint(0, 9)}", "db": "up"}),
-                    json.dumps({"cluster_name": "search-prod", "status": "green", "number_of_nodes": 6}),
+                    json.dumps({"status": "ok", "provider": "clearbit-proxy", "quota": "available"}),
                     json.dumps({"status": "ok", "version": f"3.{rng.randint(10, 14)}.0", "maintenance": False})][kind]
-    probe = [("health_check", {"service": "migrator"}), ("cluster_health", {"cluster": "search-prod"}),
-             ("api_health", {})][kind]
-    table = rng.choice(["orders", "invoices", "events", "customers"])
-    task = [f"Migrate the {table} table to the new database in batches, checking the service health between batches.",
-            "Reindex the products index shard by shard; make sure the cluster stays healthy.",
-            f"Collect every listing of {rng.choice(CUSTOMERS)} from the partner API, page by page, watching its health."][kind]
-    b = RunBuilder(rng, task=task)
+    probe = [("health_check", {"service": "migrator"}), ("enrichment_health", {}), ("api_health", {})][kind]
     batches = rng.randint(5, 8)
+    tables = rng.sample(sorted(MIGRATED_TABLES), batches)
+    companies = rng.sample(CUSTOMERS, batches)
+    task = ["Migrate the shop database to the new cluster table by table, checking the migrator's health in between.",
+            f"Enrich the {batches} new sign-ups' companies from the enrichment API; stop if it degrades.",
+            "Collect the flat listings in Berlin from the partner API, page by page, watching its health."][kind]
+    b = RunBuilder(rng, task=task)
     parallel = v % 2 == 1  # the probe runs beside the work in the same step, or as a step of its own
-    start = 0
     for k in range(batches):
-        if kind == 0:
-            size = rng.choice([20_000, 25_000, 50_000])
-            work = ToolSpec("migrate_batch", {"table": table, "from_id": start, "to_id": start + size - 1},
-                            f"Copied {size:,} rows of {table} ({start:,}..{start + size - 1:,}); checksum "
-                            f"{rng.getrandbits(32):08x} matches the source.", 30, duration_s=rng.uniform(4, 12))
-            start += size
-        elif kind == 1:
-            work = ToolSpec("reindex_shard", {"index": "products-v7", "shard": k}, json.dumps(
-                {"shard": k, "docs": rng.randint(180_000, 260_000), "failures": 0}), 24, duration_s=rng.uniform(5, 15))
-        else:
-            rows = "; ".join(f"L-{rng.randint(100_000, 999_999)} {rng.choice(['flat', 'house', 'studio'])} "
-                             f"{rng.randint(300, 4000)} EUR" for _ in range(rng.randint(8, 12)))
-            work = ToolSpec("get_listings", {"page": k + 1, "per_page": 50}, rows, tokens_of(rows) + 20, duration_s=0.8)
+        work = _health_work(rng, kind, k, tables, companies)
         probe_spec = ToolSpec(probe[0], dict(probe[1]), probe_result, tokens_of(probe_result), duration_s=0.1)
         if parallel:
-            b.call(output_text="" if v % 4 == 3 else f"Batch {k + 1}, with a health check.",
+            b.call(output_text="" if v % 4 == 3 else f"Step {k + 1}, with a health check.",
                    tools=[probe_spec, work], gap_s=b.tool_gap())
         else:
-            b.call(output_text="" if v % 4 == 2 else f"Batch {k + 1}.", tools=[work], gap_s=b.tool_gap())
-            b.call(output_text="" if v % 4 == 2 else "Checking health before the next batch.", tools=[probe_spec],
+            b.call(output_text="" if v % 4 == 2 else f"Step {k + 1}.", tools=[work], gap_s=b.tool_gap())
+            b.call(output_text="" if v % 4 == 2 else "Checking health before the next step.", tools=[probe_spec],
                    gap_s=b.tool_gap())
-    b.call(output_text=f"All {batches} batches done; the service stayed healthy throughout.", gap_s=b.tool_gap())
-    return b.calls, None, (f"{batches} batches of real work, each with a health probe ({probe[0]}) returning the same "
+    b.call(output_text=f"All {batches} steps done; the service stayed healthy throughout.", gap_s=b.tool_gap())
+    return b.calls, None, (f"{batches} steps of real work, each with a health probe ({probe[0]}) returning the same "
                            "payload" + (" beside it" if parallel else " after it"))

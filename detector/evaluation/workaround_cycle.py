@@ -31,15 +31,21 @@ class Probe:
 # --- marshmallow: TimeDelta(precision="milliseconds") rounds some values down (marshmallow-code/marshmallow#1865)
 
 
+PRECISIONS = ["microseconds", "milliseconds", "seconds", "minutes", "hours", "days", "weeks"]
+
+
 def _timedelta_probe(rng: random.Random, k: int) -> Probe:
-    ms = rng.randint(2, 999)
+    precision = PRECISIONS[k % len(PRECISIONS)]
+    values = sorted(rng.sample(range(2, 1000), 3))
     script = ("from datetime import timedelta\n\nfrom marshmallow.fields import TimeDelta\n\n"
-              "td_field = TimeDelta(precision='milliseconds')\n"
-              f"obj = {{'td_field': timedelta(milliseconds={ms})}}\n"
-              f"print('{ms} ms ->', td_field.serialize('td_field', obj))\n")
+              f"field = TimeDelta(precision={precision!r})\nfor value in {tuple(values)}:\n"
+              f"    td = timedelta({precision}=value)\n"
+              f"    print(f'{precision}={{value}} -> {{field.serialize(\"td\", {{\"td\": td}})}}')\n")
+    unit = timedelta(**{precision: 1})
     # the float division of the bug report: int(0.345 / 0.001) == 344
-    out = int(timedelta(milliseconds=ms).total_seconds() / timedelta(milliseconds=1).total_seconds())
-    return Probe(script, f"{ms} ms -> {out}")
+    lines = [f"{precision}={v} -> {int(timedelta(**{precision: v}).total_seconds() / unit.total_seconds())}"
+             for v in values]
+    return Probe(script, "\n".join(lines))
 
 
 # --- django: slugify() keeps leading and trailing dashes and underscores (django ticket #31498)
@@ -51,14 +57,16 @@ def _old_slugify(value: str) -> str:
 
 
 SLUG_WORDS = ["This is a test", "Hello World", "Release notes 4.1", "Ünïcode slug", "draft post", "Über uns",
-              "Q3 report final", "naïve café", "tags & more", "API v2 — changes"]
+              "Q3 report final", "naïve café", "tags & more", "API v2 — changes", "Straße am See", "résumé tips",
+              "FAQ: billing", "São Paulo office", "C++ vs Rust", "100% organic"]
 
 
 def _slugify_probe(rng: random.Random, k: int) -> Probe:
-    text = rng.choice(["___", "--", "_-", " -_", ""]) + rng.choice(SLUG_WORDS) + rng.choice(["---", "__", " -", "_"])
+    texts = [rng.choice(["___", "--", "_-", " -_", ""]) + word + rng.choice(["---", "__", " -", "_"])
+             for word in rng.sample(SLUG_WORDS, 3)]
     script = ("from django.utils.text import slugify\n\n"
-              f"value = {text!r}\nprint(repr(value), '->', repr(slugify(value, allow_unicode=True)))\n")
-    return Probe(script, f"{text!r} -> {_old_slugify(text)!r}")
+              f"for value in {texts!r}:\n    print(repr(value), '->', repr(slugify(value, allow_unicode=True)))\n")
+    return Probe(script, "\n".join(f"{t!r} -> {_old_slugify(t)!r}" for t in texts))
 
 
 # --- astropy: separability_matrix of nested compound models (astropy/astropy#12906)
