@@ -98,19 +98,22 @@ LEGIT_FAMILIES = (
     "workaround_cycle",
 )
 FAMILIES = LOOP_FAMILIES + LEGIT_FAMILIES
-# Loop families whose runs without captured content carry nothing but structure: the request varies (a reworded
-# query, a reworded reason, a restated plan) and so does every size; nothing tells them from honest work but the
-# content, which is not there (docs/detection-quality.md reports them apart).
 # Loops whose runs without content carry nothing but structure: a reworded request, every size varying (a query's echo,
-# a reply's length, a rewrite's output). Measured with content only in the CI subset (tests/evaluation).
-STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({"reworded_search", "handoff_bounce", "replan_go_on", "runaway_cost"})
+# a reply's length, a rewrite's output); same_outcome (issue 31): every change differs in size, and the check's same
+# size alternates with them. Nothing tells them from honest work but the content, which is not there
+# (docs/detection-quality.md reports them apart). Measured with content only in the CI subset (tests/evaluation).
+STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({"reworded_search", "handoff_bounce", "replan_go_on", "runaway_cost",
+                                            "same_outcome"})
 # Honest runs that, without content, are the very steps of a loop: a status polled at a fixed interval, a retry through
 # a wait tool (the same sizes each time; only the clock tells them apart, and timing is not evidence). With content,
 # the status in progress and the growing wait are seen.
-LOOKALIKE_WITHOUT_CONTENT = frozenset({"ci_poll_fixed", "flaky_backoff"})
+# Issue 31's: a rollout polled at a jittered interval (its moving counts keep the same size), different people each
+# answered '[]', different files each attached ('True'): the same tool bringing back the same amount, again and again.
+LOOKALIKE_WITHOUT_CONTENT = frozenset({"ci_poll_fixed", "flaky_backoff", "rollout_poll_jitter", "same_empty_answer",
+                                       "acknowledged_writes"})
 # Families whose runs only make sense without content capture, every variant: one procedure over items whose results
 # have the same size to the token (with content, the items differ in every result; without, every step's sizes are
-# equal: structure alone, which must never flag).
+# equal: structure alone, which must never flag). The CI subset measures it without content, its only mode.
 CONTENT_OFF_ONLY = frozenset({"equal_size_batch"})
 
 FAMILY_DESCRIPTIONS = {
