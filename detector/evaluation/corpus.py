@@ -29,17 +29,21 @@ from pathlib import Path
 
 from detector.evaluation import honest_families as honest
 from detector.evaluation import loop_families as loops
+from detector.evaluation import outcome_loop_families as outcome_loops
+from detector.evaluation import repeated_outcome_families as repeated
+from detector.evaluation import waiting_families as waiting
+from detector.evaluation import workaround_cycle
 from detector.evaluation.corpus_records import MAX_CALLS_PER_TRACE, Gen, Scenario
 
 __all__ = [
-    "CORPUS_VERSION", "DEFAULT_SEED", "DEFAULT_VARIANTS", "FAMILIES", "FAMILY_DESCRIPTIONS", "GENERATORS",
+    "CONTENT_OFF_ONLY", "CORPUS_VERSION", "DEFAULT_SEED", "DEFAULT_VARIANTS", "FAMILIES", "FAMILY_DESCRIPTIONS", "GENERATORS",
     "LEGIT_FAMILIES", "LOOKALIKE_WITHOUT_CONTENT", "LOOP_FAMILIES", "STRUCTURE_ONLY_WITHOUT_CONTENT",
     "generate_corpus", "generate_scenario", "read_corpus", "validate_scenario", "write_corpus",
 ]
 
 DEFAULT_SEED = 20240611
 DEFAULT_VARIANTS = 8  # runs per family; half with content capture on, half off
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: issue 31's families (a repeated outcome with and without progress, waiting for the world)
 
 # ------------------------------------------------------------------------------------------ families
 
@@ -59,6 +63,10 @@ LOOP_FAMILIES = (
     "replan_go_on",
     "restart_loop",
     "fresh_id_error",
+    # issue 31: repetition judged by its outcome
+    "same_outcome",
+    "empty_output_rerun",
+    "think_between_failures",
 )
 LEGIT_FAMILIES = (
     "batch_template",
@@ -77,18 +85,36 @@ LEGIT_FAMILIES = (
     "flaky_backoff",
     "ci_poll_fixed",
     "page_scroll",
+    # issue 31: waiting for the world
+    "bare_status_poll",
+    "retry_503_backoff",
+    "rollout_poll_jitter",
+    # issue 31: an outcome repeats, the run progresses
+    "equal_size_batch",
+    "same_empty_answer",
+    "acknowledged_writes",
+    "idempotent_read",
+    "health_probe_between",
+    "workaround_cycle",
 )
 FAMILIES = LOOP_FAMILIES + LEGIT_FAMILIES
-# Loop families whose runs without captured content carry nothing but structure: the request varies (a reworded
-# query, a reworded reason, a restated plan) and so does every size; nothing tells them from honest work but the
-# content, which is not there (docs/detection-quality.md reports them apart).
 # Loops whose runs without content carry nothing but structure: a reworded request, every size varying (a query's echo,
-# a reply's length, a rewrite's output). Measured with content only in the CI subset (tests/evaluation).
-STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({"reworded_search", "handoff_bounce", "replan_go_on", "runaway_cost"})
+# a reply's length, a rewrite's output); same_outcome (issue 31): every change differs in size, and the check's same
+# size alternates with them. Nothing tells them from honest work but the content, which is not there
+# (docs/detection-quality.md reports them apart). Measured with content only in the CI subset (tests/evaluation).
+STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({"reworded_search", "handoff_bounce", "replan_go_on", "runaway_cost",
+                                            "same_outcome"})
 # Honest runs that, without content, are the very steps of a loop: a status polled at a fixed interval, a retry through
 # a wait tool (the same sizes each time; only the clock tells them apart, and timing is not evidence). With content,
 # the status in progress and the growing wait are seen.
-LOOKALIKE_WITHOUT_CONTENT = frozenset({"ci_poll_fixed", "flaky_backoff"})
+# Issue 31's: a rollout polled at a jittered interval (its moving counts keep the same size), different people each
+# answered '[]', different files each attached ('True'): the same tool bringing back the same amount, again and again.
+LOOKALIKE_WITHOUT_CONTENT = frozenset({"ci_poll_fixed", "flaky_backoff", "rollout_poll_jitter", "same_empty_answer",
+                                       "acknowledged_writes"})
+# Families whose runs only make sense without content capture, every variant: one procedure over items whose results
+# have the same size to the token (with content, the items differ in every result; without, every step's sizes are
+# equal: structure alone, which must never flag). The CI subset measures it without content, its only mode.
+CONTENT_OFF_ONLY = frozenset({"equal_size_batch"})
 
 FAMILY_DESCRIPTIONS = {
     "exact_tool_repeat": "the same tool call with the same arguments, again and again",
@@ -122,6 +148,19 @@ FAMILY_DESCRIPTIONS = {
     "flaky_backoff": "a flaky API retried with growing backoff, then it works and the run goes on",
     "ci_poll_fixed": "a CI run polled at a fixed interval, the same answer until it succeeds",
     "page_scroll": "a page scrolled viewport after viewport: the same call, pages of about the same size",
+    "same_outcome": "many different changes (edits, config keys, form fields), each acknowledged, each followed by the "
+                    "same check whose output comes back byte for byte",
+    "empty_output_rerun": "the same command re-run again and again, its captured output empty every time",
+    "think_between_failures": "the same failing booking re-sent, a think step with a different thought between attempts",
+    "bare_status_poll": "a job polled, the answer a bare status word ('running' ... 'succeeded'), waits doubling",
+    "retry_503_backoff": "the same call failing with the same 503 after waits of ~2.4, 4.8, 9.6 s, then answered",
+    "rollout_poll_jitter": "a rollout polled every ~5-10 s (+-20%), its replica counts moving until complete",
+    "equal_size_batch": "one procedure over 20-25 items, every result the same size (content capture off only)",
+    "same_empty_answer": "different people checked, each answered '[]', then something found",
+    "acknowledged_writes": "different files written ('File written.' / 'File created') and attached ('True')",
+    "idempotent_read": "one document read under different arguments (id=7, id='7', slug), between other work",
+    "health_probe_between": "real work steps with new results, a health probe with the same payload between them",
+    "workaround_cycle": "create fails (exists) / rm / create / run, each cycle's script and output new",
 }
 
 
@@ -157,15 +196,28 @@ GENERATORS: dict[str, Gen] = {
     "flaky_backoff": honest.gen_flaky_backoff,
     "ci_poll_fixed": honest.gen_ci_poll_fixed,
     "page_scroll": honest.gen_page_scroll,
+    "same_outcome": outcome_loops.gen_same_outcome,
+    "empty_output_rerun": outcome_loops.gen_empty_output_rerun,
+    "think_between_failures": outcome_loops.gen_think_between_failures,
+    "bare_status_poll": waiting.gen_bare_status_poll,
+    "retry_503_backoff": waiting.gen_retry_503_backoff,
+    "rollout_poll_jitter": waiting.gen_rollout_poll_jitter,
+    "equal_size_batch": repeated.gen_equal_size_batch,
+    "same_empty_answer": repeated.gen_same_empty_answer,
+    "acknowledged_writes": repeated.gen_acknowledged_writes,
+    "idempotent_read": repeated.gen_idempotent_read,
+    "health_probe_between": repeated.gen_health_probe_between,
+    "workaround_cycle": workaround_cycle.gen_workaround_cycle,
 }
 
 
 def generate_scenario(family: str, variant: int, seed: int = DEFAULT_SEED) -> Scenario:
-    """One run of ``family``; variants alternate content capture (even: on, odd... see below) and cycle
-    through the family's sub-patterns."""
+    """One run of ``family``; variants alternate content capture (pairs: 0-1 on, 2-3 off, ...; always off for
+    :data:`CONTENT_OFF_ONLY`) and cycle through the family's sub-patterns."""
     rng = random.Random(f"{seed}:{family}:{variant}")
     calls, onset, description = GENERATORS[family](rng, variant)
     capture = (variant // 2) % 2 == 0  # variants 0,1 on; 2,3 off; 4,5 on; ... (sub-patterns use variant % 4)
+    capture = capture and family not in CONTENT_OFF_ONLY
     label = "loop" if family in LOOP_FAMILIES else "legit"
     for session in {c.session for c in calls}:
         n = sum(1 for c in calls if c.session == session)

@@ -1,7 +1,8 @@
 """Detection results are unchanged by the move of normalization from insert time to the detection cycle (issue 26).
 
-Both corpora of the repository (the generated one: 248 runs; the recorded one: 96 sessions of real frameworks),
-under both configurations (the defaults, ``preset: protect``), go through the pipeline deterministically
+Both corpora of the repository (the generated one: the 248 runs of the 31 families it had when the golden file was
+written, ``GOLDEN_FAMILIES``; the recorded one: 96 sessions of real frameworks), under both configurations (the
+defaults, ``preset: protect``), go through the pipeline deterministically
 (``tests/support/golden_pipeline.py``: fixed ids and times, one insert and one detection cycle per round). What the
 normalization made of every span (a digest of each ``otel.genai_calls`` row) and the decision read after every call
 must equal ``tests/data/golden_pipeline.json.gz``, which the same script wrote on 6a852c8, the last commit that
