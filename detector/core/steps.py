@@ -24,7 +24,7 @@ from detector.core.models import Call
 
 __all__ = [
     "EMPTY_REPLY", "ProgressStep", "STEP_FAILED_CALL", "STEP_REPLY", "STEP_TOOL", "answered_tool_step",
-    "failed_call_step", "has_outcome", "mix_fingerprints", "reply_step", "tool_step",
+    "failed_call_step", "has_outcome", "mix_fingerprints", "reply_step", "tool_step", "with_outcome",
 ]
 
 STEP_TOOL: Final = 0
@@ -115,12 +115,16 @@ def _failure(call: Call) -> int:
 
 
 def _outcome(step: ProgressStep, call: Call) -> ProgressStep:
-    """What else ``call`` (its result, or its new input) says came back: "nothing", an acknowledgement, a status in
-    progress."""
+    """What else ``call`` (its result, or its new input) says came back."""
+    return with_outcome(step, call.observation_empty, call.observation_ack, call.observation_pending)
+
+
+def with_outcome(step: ProgressStep, nothing: bool, ack: bool, pending: bool) -> ProgressStep:
+    """What else came back, unless it failed: "nothing", an acknowledgement of what was done, a status in progress."""
     if not step.failure:
-        step.nothing = call.observation_empty
-        step.ack = call.observation_ack and not step.nothing
-        step.pending = call.observation_pending
+        step.nothing = nothing
+        step.ack = ack and not nothing
+        step.pending = pending
     return step
 
 

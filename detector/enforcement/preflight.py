@@ -43,7 +43,7 @@ from loop_detector_sdk.fingerprint import canonical_json
 
 from detector.core.decisions import Decision
 from detector.core.progress import EVIDENCE_NAMES, NONE, ProgressMemory
-from detector.core.steps import STEP_TOOL, ProgressStep, mix_fingerprints
+from detector.core.steps import STEP_TOOL, ProgressStep, mix_fingerprints, with_outcome
 from detector.core.trip_conditions import failure_trip, no_progress_trip, repeat_trip, wasted_run
 from detector.core.tuning import PlannedRule
 from detector.settings.vocabulary import (
@@ -179,28 +179,19 @@ def completed_step(actions: list[PendingAction], evidence: dict[str, Any]) -> Pr
     """The step the tools checked since the last model call took (``actions``), completed by what came back: the
     new input the check before the next model call carries (``evidence``). As the spans' step
     (:func:`detector.core.steps.answered_tool_step`): the tools' names sorted, one tool's action as it is, several as
-    one combined action; a failure (or "nothing") keyed by the input's shape."""
+    one combined action; a failure keyed by the input's shape."""
     ordered = sorted(actions, key=lambda a: a.name)
     if len(ordered) == 1:
         act, act_sim = ordered[0].act, ordered[0].act_sim
     else:
         act, act_sim = mix_fingerprints([a.act for a in ordered]), 0
-    failed = bool(evidence.get("input_failed") or evidence.get("input_empty"))
+    ack, nothing = bool(evidence.get("input_ack")), bool(evidence.get("input_empty"))  # (input_ack: version 3)
+    failed = bool(evidence.get("input_failed")) and not ack  # as the spans' step: an acknowledgement is no failure
     step = ProgressStep(STEP_TOOL, tuple(a.name for a in ordered), act, act_sim, _u64(evidence.get("input")),
                         _u64(evidence.get("input_simhash")), int(evidence.get("input_chars") or 0),
-                        _u64(evidence.get("input_shape")) if failed else 0)
-    step.pending = bool(evidence.get("input_pending"))
-    _set_if_known(step, "ack", bool(evidence.get("input_ack")))  # version 3; absent (versions 1 and 2): False
-    _set_if_known(step, "nothing", bool(evidence.get("input_empty")))
-    return step
+                        (_u64(evidence.get("input_shape")) or 1) if failed else 0)
+    return with_outcome(step, nothing, ack, bool(evidence.get("input_pending")))
 
-
-def _set_if_known(step: ProgressStep, name: str, value: bool) -> None:
-    """Set a step attribute the core's ProgressStep may not have yet (``ack``, ``nothing``: issue 31, added to
-    :mod:`detector.core.steps` beside this change). INTEGRATION: once ProgressStep declares them, this is a plain
-    assignment (``step.ack = ...``); until then the evidence is carried by the check and not used."""
-    if hasattr(type(step), name) or hasattr(step, name):
-        setattr(step, name, value)
 
 class PendingWindows:
     """The per-trace (or per-session) windows of pending fingerprints; thread-safe."""
