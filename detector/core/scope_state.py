@@ -131,6 +131,7 @@ class ScopeState:
                  first_ns: int = 0, last_ns: int = 0, last_seen_us: int = 0, failure: FailureStreak | None = None,
                  trips: dict[str, RuleTrip] | None = None, velocity: dict[str, VelocityState] | None = None,
                  instruction: str = "", pending_tools: list[Call] | None = None, wait_ns: int = 0,
+                 waits_before: tuple[int, int] = (0, 0),
                  published: tuple[Any, ...] | None = None, progress: ProgressMemory | None = None, evidence: str = "none",
                  window: SignalWindow | None = None) -> None:
         self.scope = scope
@@ -157,7 +158,7 @@ class ScopeState:
         self.instruction = instruction
         self.pending_tools = [] if pending_tools is None else pending_tools
         self.wait_ns = wait_ns
-        self.waits_before = (0, 0)
+        self.waits_before = waits_before
         self.published = published
         self.progress = ProgressMemory() if progress is None else progress
         self.evidence = evidence

@@ -161,30 +161,19 @@ def test_a_step_of_several_tools_is_their_combined_action_as_the_spans_step_make
     assert unknown.act == 0  # one tool's action unknown: the run's action is unknown
 
 
-def test_a_step_carries_the_acknowledgement_and_nothing_where_the_core_has_them(monkeypatch):
-    """Version 3's ``input_ack`` (and ``input_empty``) go onto the step as ``ack`` (``nothing``) once the core's
-    ProgressStep has those attributes (issue 31); before that, the step is made as before, and a version 2 check
-    (without input_ack) gives ack False."""
-    from detector.core import steps
-    from detector.enforcement import preflight
-
+def test_a_step_reads_what_came_back_as_the_spans_step_does():
+    """Version 3's ``input_ack`` and ``input_empty`` go onto the step as ``ack`` and ``nothing``; an acknowledgement
+    whose snippet says "error" is no failure; a version 2 check (without input_ack) gives ack False."""
     came_back = {"input": "77", "input_chars": 12, "input_ack": True, "input_empty": False}
-    plain = completed_step([PendingAction("write_file", 11, 3)], came_back)
-    assert (plain.obs, plain.obs_chars) == (77, 12)  # whichever ProgressStep the core has
-
-    class StepWithAck(steps.ProgressStep):
-        __slots__ = ("ack", "nothing")
-
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.ack = self.nothing = False
-
-    monkeypatch.setattr(preflight, "ProgressStep", StepWithAck)
     acked = completed_step([PendingAction("write_file", 11, 3)], came_back)
-    assert (acked.ack, acked.nothing) == (True, False)
+    assert (acked.obs, acked.obs_chars, acked.ack, acked.nothing) == (77, 12, True, False)
+    snippet = completed_step([PendingAction("edit", 12, 3)], {**came_back, "input_failed": True, "input_shape": "9"})
+    assert (snippet.ack, snippet.failure) == (True, 0)
     empty = completed_step([PendingAction("write_file", 11, 3)], {"input": "11160318154034397263", "input_chars": 0,
                                                                    "input_empty": True, "input_shape": "5"})
-    assert (empty.ack, empty.nothing, empty.failure) == (False, True, 5)
+    assert (empty.ack, empty.nothing, empty.failure) == (False, True, 0)
+    failed = completed_step([PendingAction("bash", 13, 3)], {"input": "78", "input_failed": True, "input_shape": "5"})
+    assert (failed.failure, failed.nothing, failed.ack) == (5, False, False)
     version_2 = completed_step([PendingAction("write_file", 11, 3)], {"input": "77", "input_chars": 12})
     assert (version_2.ack, version_2.nothing) == (False, False)
 
