@@ -226,6 +226,7 @@ def test_the_vectors_of_issue_31_say_what_their_names_say():
     assert not texts["a retryable error is not pending"]["pending"]
     assert texts["pending phrase in a failure"]["failed"] and not texts["pending phrase in a failure"]["pending"]
     assert texts["not ack: accepted is in progress"]["pending"]
+    assert not texts["not pending: a phrase below the first line"]["pending"]  # a log that says "waiting for"
     assert [n for n in texts if texts[n]["ack"] and (texts[n]["failed"] or texts[n]["pending"])] == []
     empty = "11160318154034397263"  # cityHash64('')
     for name in ("empty", "spaces only"):

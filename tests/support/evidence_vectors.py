@@ -81,6 +81,8 @@ TEXTS: list[tuple[str, str]] = [
     ("pending phrase, not yet ready", "The index is not yet ready; still building shard 3."),
     ("pending percentage", "Upload progress: 45.5 % (1.2 GB of 2.6 GB)"),
     ("pending phrase in a failure", "error: timed out waiting for the condition"),
+    ("not pending: a phrase below the first line", "  401  INFO exporter.batch: batch exported, 500 rows\n"
+     "  402  DEBUG exporter.pool: worker idle, waiting for next batch (timeout=<dur>)\n  403  DEBUG heartbeat: alive"),
     ("a retryable error is not pending", "503 Service Unavailable, try again later"),
     ("ack: a file created", "File created successfully at: /workspace/app.py"),
     ("ack: an edit, then what the file holds",

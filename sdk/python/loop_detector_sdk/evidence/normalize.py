@@ -138,8 +138,8 @@ def is_failed(text: str) -> bool:
 
 def is_pending(text: str, failed: bool | None = None) -> bool:
     """The text says the work is still in progress (``observation_pending``): a status word (queued, running, in
-    progress...) as a status, state or phase or as the whole text; or, unless the text says it failed, a phrase (not
-    ready, still running, waiting for, in progress, queued, a progress percentage). ``failed``: :func:`is_failed` of
+    progress...) as a status, state or phase or as the whole text; or, on its first line, unless the text says it
+    failed, a phrase (not ready, still running, waiting for, in progress, queued, a progress percentage). ``failed``: :func:`is_failed` of
     the text, when the caller has it."""
     if text == "":
         return False
@@ -148,7 +148,8 @@ def is_pending(text: str, failed: bool | None = None) -> bool:
         return True
     if _PENDING_WORD.match(lowered) is not None:
         return True
-    if not any(w in lowered for w in _PENDING_PHRASE_WORDS) or _PENDING_PHRASE.search(lowered) is None:
+    line = first_line(lowered)  # a phrase on the first line only: further down, a log is a log, not a status
+    if not any(w in line for w in _PENDING_PHRASE_WORDS) or _PENDING_PHRASE.search(line) is None:
         return False
     return not (is_failed(text) if failed is None else failed)
 

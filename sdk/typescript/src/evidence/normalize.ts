@@ -117,7 +117,8 @@ export function isPending(text: string, failed?: boolean): boolean {
   const lowered = asciiLower(text);
   if (PENDING_WORDS.some((w) => lowered.includes(w)) && PENDING.test(text)) return true;
   if (PENDING_WORD.test(text)) return true;
-  if (!PENDING_PHRASE_WORDS.some((w) => lowered.includes(w)) || !PENDING_PHRASE.test(text)) return false;
+  const line = firstLine(text); // a phrase on the first line only: further down, a log is a log, not a status
+  if (!PENDING_PHRASE_WORDS.some((w) => asciiLower(line).includes(w)) || !PENDING_PHRASE.test(line)) return false;
   return !(failed ?? isFailed(text));
 }
 
