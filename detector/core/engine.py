@@ -122,7 +122,11 @@ def call_steps(call: Call, tools: list[Call], previous: Call | None) -> list[Pro
     if open_tools or (not tools and asked):
         steps.append(answered_tool_step(open_tools, previous, call))
     if not call.out_tool_names and _TOOL_FINISHES.isdisjoint(call.finish_reasons):
-        steps.append(reply_step(call, previous))
+        reply = reply_step(call, previous)
+        # a reply not known (content off) beside a tool step of the same call has that step's sizes: one piece of
+        # evidence, counted once (OpenInference on the Responses API says "stop" for a call that asked for a tool)
+        if reply.known or not steps:
+            steps.append(reply)
     return steps
 
 

@@ -105,8 +105,11 @@ def _sizes(a: ProgressStep, b: ProgressStep) -> int:
             return SIZES if same_reply and a.request and a.request == b.request else STRUCTURE
         return SIZES if same_reply and a.added >= 0 and a.added == b.added else STRUCTURE
     # a tool always brings something back; answered at the same length, too (an acknowledgement such as "File
-    # written." has the same size after every write: the model's next move tells them apart)
-    if a.added > 0 and a.added == b.added and abs(a.out_tokens - b.out_tokens) <= SIZES_REPLY_SLACK:
+    # written." has the same size after every write: the model's next move tells them apart). Its arguments unknown,
+    # to the token: a procedure over items whose results have one size asks for each item at a length near the last
+    # one's, a loop asks for the same thing again
+    slack = SIZES_REPLY_SLACK if a.act and a.act == b.act else 0
+    if a.added > 0 and a.added == b.added and abs(a.out_tokens - b.out_tokens) <= slack:
         return SIZES
     return STRUCTURE
 
@@ -243,10 +246,11 @@ def backing_off(steps: list[ProgressStep]) -> bool:
 class ProgressMemory:
     """A scope's memory of its last :data:`MEMORY` steps, and its current run of wasted steps."""
 
-    __slots__ = ("steps", "run", "exact", "strong", "top", "last", "changes")
+    __slots__ = ("steps", "run", "exact", "strong", "top", "last", "changes", "periods", "counted")
 
     def __init__(self, steps: list[ProgressStep] | None = None, run: int = 0, exact: int = 0, strong: int = 0,
-                 top: int = NONE, last: int = NONE, changes: int = 0) -> None:
+                 top: int = NONE, last: int = NONE, changes: int = 0, periods: tuple[int, ...] = (),
+                 counted: int = -1) -> None:
         self.steps: list[ProgressStep] = [] if steps is None else steps
         self.run = run  # consecutive wasted steps (sizes evidence or better)
         self.exact = exact  # of which with exact evidence
@@ -254,6 +258,8 @@ class ProgressMemory:
         self.top = top  # the strongest evidence in the run
         self.last = last  # the latest step's evidence
         self.changes = changes  # changes made since the last outcome (new actions only acknowledged)
+        self.periods = periods  # a run on sizes alone: how many steps back its steps repeat (its cycle's length)
+        self.counted = counted  # and its steps (-1: no run on sizes)
 
     def observe(self, step: ProgressStep) -> int:
         """Compare a new step with the memory, remember it, and extend, leave or end the run; returns its evidence
@@ -271,12 +277,16 @@ class ProgressMemory:
         steps = self.steps
         best = NONE
         prior = -1  # the latest step it repeats
-        for i in range(len(steps) - 1, -1, -1):
+        n = len(steps)
+        sized: list[int] = []  # how many steps back the ones it repeats by its sizes alone are
+        for i in range(n - 1, -1, -1):
             level = match(step, steps[i])
             if level > best:
                 best = level
             if prior < 0 and level >= SIZES:
                 prior = i
+            if level == SIZES:
+                sized.append(n - i)
         steps.append(step)
         if len(steps) > MEMORY:
             del steps[0]
@@ -294,6 +304,9 @@ class ProgressMemory:
             return NONE
         if _overhead(step, steps, prior):
             return NONE
+        if best == SIZES and step.kind == STEP_TOOL and not self.strong:
+            return self._sized(sized)
+        self.periods, self.counted = (), -1
         wasted = 2 if self.run and self.changes else 1
         self.changes = 0
         self.last = best
@@ -311,6 +324,27 @@ class ProgressMemory:
         self.last = NONE
         self.run = self.exact = self.strong = self.changes = 0
         self.top = NONE
+        self.periods, self.counted = (), -1
+
+    def _sized(self, sized: list[int]) -> int:
+        """A tool step that repeats earlier ones by its sizes alone (content capture off). A loop repeats its cycle: the
+        step extends the run only when it repeats one at the distance the run's steps did (its period); a procedure
+        over items whose sizes fall in a narrow range meets equal sizes at ever other distances, a coincidence, and a
+        new run starts here. A cycle of p steps is a loop once the whole cycle came back."""
+        if self.counted < 0:  # no run on sizes yet: this step sets the period
+            periods, counted = tuple(sized), self.run
+        else:
+            periods, counted = tuple(p for p in self.periods if p in sized), self.counted
+            if not periods:
+                self.exact = self.strong = 0
+                self.top = NONE
+                periods, counted = tuple(sized), 0
+        self.periods, self.counted = periods, counted + 1
+        self.run = max(0, self.counted - max(0, min(periods) - RUN_TO_WARN))
+        self.last = SIZES
+        if self.top < SIZES:
+            self.top = SIZES
+        return SIZES
 
     def absorb(self, other: ProgressMemory) -> None:
         """Take the steps of another memory of the same scope (a trace's calls, scored under the trace id before its
@@ -329,11 +363,13 @@ class ProgressMemory:
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": [s.to_list() for s in self.steps], "run": self.run, "exact": self.exact,
-                "strong": self.strong, "top": self.top, "last": self.last, "changes": self.changes}
+                "strong": self.strong, "top": self.top, "last": self.last, "changes": self.changes,
+                "periods": list(self.periods), "counted": self.counted}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProgressMemory:
         return cls([ProgressStep.from_list(s) for s in data.get("steps", [])], int(data.get("run", 0)),
                    int(data.get("exact", 0)), int(data.get("strong", 0)), int(data.get("top", 0)),
-                   int(data.get("last", 0)), int(data.get("changes", 0)))
+                   int(data.get("last", 0)), int(data.get("changes", 0)),
+                   tuple(int(p) for p in data.get("periods", ())), int(data.get("counted", -1)))
 

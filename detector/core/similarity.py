@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Final
 
 __all__ = [
-    "BACKOFF_DISCOUNT", "BACKOFF_RATIO", "BACKOFF_RATIOS", "CYCLE_MATCH_MIN", "ERROR_SATURATING_REPEATS",
+    "BACKOFF_DISCOUNT", "BACKOFF_MIN_GAP_NS", "BACKOFF_RATIO", "BACKOFF_RATIOS", "CYCLE_MATCH_MIN", "ERROR_SATURATING_REPEATS",
     "INCREMENTS_WEIGHT", "INCREMENT_SAME_ABS", "INCREMENT_SAME_REL", "INPUT_ONLY_WEIGHT", "MAX_PERIOD",
     "MIN_RATE_WINDOW_NS", "NS_PER_MINUTE", "OUTPUT_ONLY_WEIGHT", "SAME_FAILING_REQUEST", "SATURATING_CYCLES",
     "SIMHASH_MASK", "SIMHASH_SAME_BITS", "SIMHASH_UNRELATED_BITS", "STRUCTURAL_REQUEST_WEIGHT", "TOKENS_DIFFERENT_REL",
@@ -68,6 +68,9 @@ INCREMENT_SAME_REL: Final = 0.003
 # its tools included, to the start of this call) each grew by >= BACKOFF_RATIO (common multipliers: 1.3 to 2).
 BACKOFF_RATIO: Final = 1.3
 BACKOFF_RATIOS: Final = 2
+# ... to at least a second: gaps of milliseconds jitter (1.6, 14, 21 ms between a tool's end and the next call) and are
+# no wait (the progress model's backoff reads the same floor: detector.core.progress.BACKOFF_MIN_WAIT_NS)
+BACKOFF_MIN_GAP_NS: Final = 1_000_000_000
 BACKOFF_DISCOUNT: Final = 0.25
 
 # Velocity: rates are measured over at least one minute, so a single big call is not a "velocity".

@@ -158,17 +158,19 @@ def answered_tool_step(tools: list[Call], previous: Call | None, call: Call) -> 
         order = sorted(range(len(previous.out_tool_names)), key=lambda i: previous.out_tool_names[i])
         names = tuple([previous.out_tool_names[i] for i in order])
         known = len(previous.out_tool_fps) == len(order)
-        fps = [previous.out_tool_fps[i] if known else 0 for i in order]
         sims = [previous.out_tool_arg_simhashes[i] if len(previous.out_tool_arg_simhashes) == len(order) else 0
                 for i in order]
+        # (a call asked for by name only, its arguments not captured, is not a known action: no SimHash of them)
+        fps = [previous.out_tool_fps[i] if known and sims[k] else 0 for k, i in enumerate(order)]
     else:
         names, fps, sims = _NO_NAMES, [], []
     if len(fps) == 1:
         act, act_sim = fps[0], sims[0]
     else:
-        act, act_sim = mix_fingerprints(fps), 0
-    if not act and previous is not None and len(previous.out_tool_fps) == len(names) == 1:
-        act, act_sim = previous.out_tool_fps[0], (previous.out_tool_arg_simhashes or (0,))[0]  # spans without args
+        act, act_sim = (mix_fingerprints(fps) if fps else 0), 0  # (no tool known at all: no action known)
+    if not act and previous is not None and len(previous.out_tool_fps) == len(names) == 1 \
+            and previous.out_tool_arg_simhashes and previous.out_tool_arg_simhashes[0]:
+        act, act_sim = previous.out_tool_fps[0], previous.out_tool_arg_simhashes[0]  # spans without args
     step = ProgressStep(STEP_TOOL, names, act, act_sim, call.observation_fp, call.observation_simhash,
                         call.observation_chars, _failure(call), _added(call, previous), max(0, call.output_tokens))
     return _outcome(step, call)

@@ -29,6 +29,7 @@ from detector.core.models import Turn
 from detector.core.signal_values import SignalValues
 from detector.core.similarity import (
     BACKOFF_DISCOUNT,
+    BACKOFF_MIN_GAP_NS,
     BACKOFF_RATIO,
     BACKOFF_RATIOS,
     CYCLE_MATCH_MIN,
@@ -166,6 +167,8 @@ class SignalWindow:
         if view.is_error or n < BACKOFF_RATIOS + 2:
             return 1.0
         gaps = self.gaps + [view.ts_ns - max(previous.call_end_ns, view.ready_ns)]
+        if gaps[-1] < BACKOFF_MIN_GAP_NS:  # waits of milliseconds are jitter, not a backoff
+            return 1.0
         # every gap positive, and each at least BACKOFF_RATIO x the one before (the first failure decides)
         for i in range(len(gaps)):
             if gaps[i] <= 0 or (i > 0 and not gaps[i] >= BACKOFF_RATIO * gaps[i - 1]):

@@ -134,7 +134,7 @@ FAMILY_DESCRIPTIONS = {
     "long_productive": "a long run of varied, productive steps",
     "parallel_burst": "bursts of parallel tool calls (same tool, different arguments)",
     "edit_test_cycle": "edit, run the tests, edit, run the tests: the edits and the test output change",
-    "reworded_search": "a search reworded again and again, returning the same nothing",
+    "reworded_search": "a few rewordings of a search, each answered with nothing, asked again and again",
     "shifted_reread": "the same log re-read at shifting offsets, ~9k tokens a read, every window the same lines",
     "handoff_bounce": "two agents handing the task back and forth with reworded reasons",
     "replan_go_on": "no tools: the same plan restated while the user says 'go on'",

@@ -290,21 +290,24 @@ def no_results(rng: random.Random, query: str, v: int) -> str:
 
 
 def gen_reworded_search(rng: random.Random, v: int) -> tuple[list[CallSpec], int | None, str]:
+    """A few rewordings of one search, each answered with nothing, then the same rewordings again: varied searches are
+    honest work (the real runs' reviewers: "until a term comes back a second time"); asking them again is the loop."""
     goal, queries = SEARCH_TOPICS[v % len(SEARCH_TOPICS)]
+    rewordings = queries[:rng.randint(3, 4)]
     b = RunBuilder(rng, task=f"How do I {goal}? Look it up in the knowledge base.")
     b.productive(rng.randint(1, 3))
-    b.call(output_text="Let me search the knowledge base.", output_tokens=jitter(rng, 30),
-           tools=[ToolSpec("search_docs", {"query": queries[0]}, no_results(rng, queries[0], v),
-                           tokens_of(queries[0]) + 18, duration_s=rng.uniform(0.2, 0.6))], gap_s=b.tool_gap())
-    onset = len(b.calls)
-    for i in range(1, rng.randint(9, 11)):
-        q = queries[i % len(queries)]
-        text = "No results. Let me try a different wording." if v % 4 < 2 else rng.choice(
-            [f"Nothing for that; trying '{q}'.", "Still nothing, rephrasing the search.", f"Let me search for {q}."])
+    onset = None
+    for i in range(rng.randint(10, 12)):
+        q = rewordings[i % len(rewordings)]
+        if i == len(rewordings):
+            onset = len(b.calls)  # the first search asked again
+        text = "Let me search the knowledge base." if i == 0 else "No results. Let me try a different wording." \
+            if v % 4 < 2 else rng.choice([f"Nothing for that; trying '{q}'.", "Still nothing, rephrasing the search.",
+                                          f"Let me search for {q}."])
         b.call(output_text=text, output_tokens=jitter(rng, 24 + tokens_of(q)),
                tools=[ToolSpec("search_docs", {"query": q}, no_results(rng, q, v), tokens_of(q) + 18,
                                duration_s=rng.uniform(0.2, 0.6))], gap_s=b.tool_gap())
-    return b.calls, onset, "a search reworded again and again, the same nothing back"
+    return b.calls, onset, "a few rewordings of a search, each answered with nothing, asked again and again"
 
 
 def _log_lines(rng: random.Random, start: int, n: int, base_minute: int) -> str:

@@ -24,6 +24,12 @@ PEOPLE = ["Priya Raman", "Tomasz Nowak", "Aisha Bello", "Lucas Ferreira", "Mei L
 # ------------------------------------------------------------------------------ one procedure, equal sizes
 
 
+# what the stock procedure's items are: names of every length, as a catalogue has them
+PRODUCTS = ["USB-C cable 1 m", "Ergonomic office chair, mesh back, black", "A4 paper", "Label printer tape 12 mm",
+            "Noise-cancelling headset with boom microphone", "Stapler", "27-inch monitor arm, dual", "HDMI adapter",
+            "Whiteboard markers, assorted colours, pack of 12", "Desk lamp", "Laptop stand, aluminium, adjustable"]
+
+
 def _invoice_record(rng: random.Random, num: str) -> str:
     """A fixed-width invoice record, as a billing API returns it (every record the same size)."""
     return json.dumps({"id": num, "customer": f"cus_{rng.randint(10_000, 99_999)}", "status": rng.choice(
@@ -60,16 +66,21 @@ def gen_equal_size_batch(rng: random.Random, v: int) -> tuple[list[CallSpec], in
         prev = ""
         for _ in range(n):
             num = f"INV-2024-{rng.randint(10_000, 99_999)}"
-            text = f"{prev} noted. Next: {num}." if prev else f"Starting with {num}."
-            b.call(output_text=text, output_tokens=out_tokens, gap_s=b.tool_gap(),
-                   tools=[ToolSpec("get_invoice", {"id": num}, _invoice_record(rng, num), result_tokens, duration_s=0.2)])
+            customer = rng.choice(CUSTOMERS)
+            text = f"{prev} noted. Next: {num} ({customer})." if prev else f"Starting with {num} ({customer})."
+            # the request names the item: its length is the item's (the results all have one size)
+            b.call(output_text=text, output_tokens=out_tokens + tokens_of(customer), gap_s=b.tool_gap(),
+                   tools=[ToolSpec("get_invoice", {"id": num, "customer": customer}, _invoice_record(rng, num),
+                                   result_tokens, duration_s=0.2)])
             prev = num
         b.call(output_text=f"All {n} invoices noted; {rng.randint(2, 9)} are still open.", gap_s=b.tool_gap())
         return b.calls, None, f"get_invoice over {n} invoices in one conversation, every result {result_tokens} tokens"
     for _ in range(n):
         sku = f"SKU-{rng.randint(100_000, 999_999)}"
-        b.call(output_text="", output_tokens=out_tokens, gap_s=b.tool_gap(),
-               tools=[ToolSpec("get_stock_level", {"sku": sku}, _stock_record(rng, sku), result_tokens, duration_s=0.1)])
+        product = rng.choice(PRODUCTS)
+        b.call(output_text="", output_tokens=out_tokens + tokens_of(product), gap_s=b.tool_gap(),
+               tools=[ToolSpec("get_stock_level", {"sku": sku, "product": product}, _stock_record(rng, sku),
+                               result_tokens, duration_s=0.1)])
     b.call(output_text=f"Checked {n} SKUs; {rng.randint(1, 6)} are below their reorder point.", gap_s=b.tool_gap())
     return b.calls, None, f"get_stock_level over {n} SKUs, every result {result_tokens} tokens"
 

@@ -189,3 +189,32 @@ def test_sizes_alone_never_block():
     loop = [{"args": 10 + k, "result": 100 + k} for k in range(3)] + [{"args": 42, "result": 420}] * 10
     actions = step_actions(agent_run(loop, content=False), PROTECT)
     assert "block" not in actions
+
+
+# ------------------------------------------------------------------------------------------ sizes alone
+
+
+def sized(added, out=36, name="read_file"):
+    return ProgressStep(STEP_TOOL, (name,), 0, 0, 0, 0, 0, 0, added, out)
+
+
+def test_sizes_alone_flag_a_loop_that_repeats_its_cycle():
+    memory, levels = observe([sized(240)] * 5)  # the same call, the same amount back, answered alike
+    assert memory.flag != NONE
+    cycle = [sized(120), sized(300, 40), sized(80, 20), sized(500, 50)] * 3
+    memory = ProgressMemory()
+    flags = []
+    for s in cycle:
+        memory.observe(s)
+        flags.append(memory.flag != NONE)
+    assert flags.index(True) >= 4 + RUN_TO_WARN - 1  # not before the whole cycle came back
+
+
+def test_sizes_alone_never_flag_a_procedure_whose_equal_sizes_meet_at_ever_other_distances():
+    # one procedure over twenty items, results of one size, replies in a narrow range: equal sizes by coincidence
+    outs = [37, 35, 35, 38, 35, 36, 35, 38, 35, 35, 38, 36, 37, 35, 38, 35, 36, 37, 35, 38]
+    adds = [22, 24, 22, 22, 25, 22, 24, 22, 25, 22, 22, 24, 22, 25, 22, 24, 22, 22, 25, 24]
+    memory = ProgressMemory()
+    for a, o in zip(adds, outs, strict=True):
+        memory.observe(sized(a, o))
+        assert memory.flag == NONE

@@ -29,6 +29,7 @@ from typing import Any
 from detector.core.models import Turn
 from detector.core.similarity import (
     BACKOFF_DISCOUNT,
+    BACKOFF_MIN_GAP_NS,
     BACKOFF_RATIO,
     BACKOFF_RATIOS,
     ERROR_SATURATING_REPEATS,
@@ -291,7 +292,7 @@ def backoff_factor(views: Sequence[TurnView]) -> float:
         return 1.0
     recent = views[-(BACKOFF_RATIOS + 2) :]
     gaps = [b.ts_ns - max(a.call_end_ns, b.ready_ns) for a, b in zip(recent, recent[1:], strict=False)]
-    if any(g <= 0 for g in gaps):
+    if any(g <= 0 for g in gaps) or gaps[-1] < BACKOFF_MIN_GAP_NS:
         return 1.0
     if all(later >= BACKOFF_RATIO * earlier for earlier, later in zip(gaps, gaps[1:], strict=False)):
         return BACKOFF_DISCOUNT
