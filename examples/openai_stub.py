@@ -10,6 +10,9 @@ reproducible. The scenario is picked by a marker in the conversation's first use
   holds N tool results (for frameworks that run until the model stops);
 - ``[healthy]`` (the default): one different tool call per step (list, read, grep, edit, test...), then a
   final answer once the conversation holds ``HEALTHY_STEPS`` tool results;
+- ``[batch N]``: one procedure over N items, an honest run that looks like a loop without content: the model reads
+  the inbox's messages one by one (``read_file`` of ``inbox/<name>.eml``, one message after the other), then answers
+  once the conversation holds N tool results (the agent's tool results are the same size for every message);
 - ``[error]``: every call fails with HTTP 500 (an OpenAI-style error body); ``[ratelimit]``: HTTP 429.
 
 Usage is reported like OpenAI's (``prompt_tokens`` from the size of the messages, ``completion_tokens``
@@ -49,6 +52,20 @@ HEALTHY_TOOLS: list[tuple[str, dict[str, Any]]] = [
     ("git_diff", {}), ("run_linter", {"path": "src/"}), ("git_commit", {"message": "fix parsing"}),
     ("search_docs", {"query": "config reload"}), ("read_file", {"path": "docs/config.md"}),
 ]
+# [batch N]: the messages the procedure goes through, in order (names of varied lengths, as real ones are)
+BATCH_ITEMS: list[str] = [
+    "refund-anna", "invoice-4471", "complaint-bob-smith", "order-88231", "refund-chen", "address-change-kowalski",
+    "invoice-4480", "delivery-late-oslo", "refund-diego", "cancel-subscription-eve", "order-88302", "invoice-4492",
+    "complaint-fatima-al-sayed", "refund-gus", "warranty-claim-hiro", "order-88417", "invoice-4503", "refund-ines",
+    "delivery-damaged-jonas", "order-88520", "complaint-kim", "invoice-4519", "refund-lars-eriksson", "order-88644",
+]
+
+
+def batch_call(i: int) -> tuple[str, dict[str, Any]]:
+    """The [batch N] procedure's i-th tool call (0-based)."""
+    return "read_file", {"path": f"inbox/{BATCH_ITEMS[i % len(BATCH_ITEMS)]}.eml"}
+
+
 # The tools an agent declares to the model (names only matter to the stub).
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": name, "description": f"{name} tool",
@@ -70,17 +87,18 @@ def scenario_of(messages: list[dict[str, Any]]) -> str:
     for m in messages:
         if m.get("role") in ("system", "developer", "user"):
             text = _text_of(m)
-            for name in ("loop", "error", "ratelimit", "healthy"):
-                if f"[{name}]" in text or (name == "loop" and re.search(r"\[loop \d+\]", text)):
+            for name in ("loop", "batch", "error", "ratelimit", "healthy"):
+                if f"[{name}]" in text or (name in ("loop", "batch") and re.search(rf"\[{name} \d+\]", text)):
                     return name
     return "healthy"
 
 
-def loop_limit(messages: list[dict[str, Any]]) -> int | None:
-    """N of a ``[loop N]`` marker: the looping model gives up after N tool results."""
+def loop_limit(messages: list[dict[str, Any]], name: str = "loop") -> int | None:
+    """N of a ``[loop N]`` marker: the looping model gives up after N tool results (``[batch N]``: the procedure
+    ends after N items)."""
     for m in messages:
         if m.get("role") in ("system", "developer", "user"):
-            found = re.search(r"\[loop (\d+)\]", _text_of(m))
+            found = re.search(rf"\[{name} (\d+)\]", _text_of(m))
             if found:
                 return int(found.group(1))
     return None
@@ -113,6 +131,13 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         text, tool_call = f"Still failing after {done} attempts; giving up.", None
     elif scenario == "loop":
         text, tool_call = LOOP_TEXT, LOOP_CALL
+    elif scenario == "batch":
+        items = loop_limit(messages, "batch") or len(BATCH_ITEMS)
+        if done >= items:
+            text, tool_call = f"Done: the {items} messages of the inbox are triaged.", None
+        else:
+            tool_call = batch_call(done)
+            text = f"Message {done + 1} of {items}: reading {tool_call[1]['path']} to triage it."
     elif done >= HEALTHY_STEPS:
         text, tool_call = f"Done: the change is in place after {done} steps.", None
     else:

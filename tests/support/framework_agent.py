@@ -18,12 +18,19 @@ import asyncio
 import json
 import os
 import sys
+import time
+import traceback
 from importlib import metadata
 from typing import Any
 
+# this script's folder (tests/support) is not a package path: its agents.py would shadow the Agents SDK's `agents`
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 CONFIG: dict[str, Any] = json.loads(sys.argv[1])
 FRAMEWORK: str = CONFIG["framework"]
 CONTENT: bool = bool(CONFIG.get("content", True))
+# how long each tool takes, in seconds (real tools are not instantaneous: a file read, a test run, an HTTP call)
+TOOL_SECONDS: float = float(CONFIG.get("tool_seconds", 0))
 os.environ["OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"] = "4096"
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own telemetry (not ours) off
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
@@ -59,18 +66,23 @@ def make_provider() -> TracerProvider:
 
 
 def system_prompt(scenario: str, steps: int) -> str:
-    marker = f"[loop {steps}]" if scenario == "loop" else "[healthy]"
+    marker = f"[{scenario} {steps}]" if scenario in ("loop", "batch") else "[healthy]"
     return f"You are a coding agent. {marker}"
 
 
 def user_prompt(scenario: str) -> str:
-    return "Fix the failing build." if scenario == "loop" else "Add a --verbose flag."
+    return {"loop": "Fix the failing build.", "batch": "Triage the messages in the inbox."}.get(
+        scenario, "Add a --verbose flag.")
 
 
 def tool_result(name: str, args: dict[str, Any], scenario: str, counter: list[int]) -> str:
     counter[0] += 1
+    if TOOL_SECONDS:
+        time.sleep(TOOL_SECONDS)
     if scenario == "loop":
         return "port: 8080\nhost: 0.0.0.0\n"
+    if scenario == "batch":  # one message after the other: another message each time, each the same size
+        return f"message {counter[0]:02d}: 1 attachment, 212 words, status unread"
     return f"ok: {name} {json.dumps(args, sort_keys=True)} gave result number {counter[0]}"
 
 
@@ -196,9 +208,31 @@ def run_langgraph(provider: TracerProvider, agent: dict[str, Any]) -> None:
         graph.invoke(inputs, config=config)
 
 
-RUNNERS = {"pydantic-ai": run_pydantic_ai, "strands": run_strands, "google-adk": run_google_adk,
+def run_openai_agents(provider: TracerProvider, agent: dict[str, Any]) -> None:
+    from agents import Agent, ModelSettings, function_tool, set_default_openai_client
+    from agents import Runner as AgentsRunner
+    from openai import AsyncOpenAI
+    from openinference.instrumentation import TraceConfig, using_session
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    if not getattr(run_openai_agents, "instrumented", False):
+        # content off: OpenInference's own switch (hide_inputs / hide_outputs), as users turn it off
+        OpenAIAgentsInstrumentor().instrument(
+            tracer_provider=provider, config=TraceConfig(hide_inputs=not CONTENT, hide_outputs=not CONTENT))
+        set_default_openai_client(AsyncOpenAI(base_url=CONFIG["openai_base_url"], api_key="sk-stub"),
+                                  use_for_tracing=False)
+        run_openai_agents.instrumented = True  # type: ignore[attr-defined]
+    tools = [function_tool(f, name_override=f.__name__, strict_mode=False) for f in tool_functions(agent["scenario"])]
+    oa = Agent(name="coder", instructions=system_prompt(agent["scenario"], agent["steps"]), model="gpt-4o-mini",
+               tools=tools, model_settings=ModelSettings(parallel_tool_calls=False))
+    with using_session(agent["session"]):
+        AgentsRunner.run_sync(oa, user_prompt(agent["scenario"]), max_turns=agent["steps"] + 5)
+
+
+RUNNERS = {"pydantic-ai": run_pydantic_ai, "openai-agents": run_openai_agents, "strands": run_strands, "google-adk": run_google_adk,
            "crewai": run_crewai, "langgraph-openinference": run_langgraph, "langgraph-openllmetry": run_langgraph}
-PACKAGES = {"pydantic-ai": ["pydantic-ai-slim"], "strands": ["strands-agents"], "google-adk": ["google-adk", "litellm"],
+PACKAGES = {"pydantic-ai": ["pydantic-ai-slim"],
+            "openai-agents": ["openai-agents", "openinference-instrumentation-openai-agents"], "strands": ["strands-agents"], "google-adk": ["google-adk", "litellm"],
             "crewai": ["crewai", "openinference-instrumentation-crewai", "openinference-instrumentation-openai"],
             "langgraph-openinference": ["langgraph", "langchain-openai", "openinference-instrumentation-langchain"],
             "langgraph-openllmetry": ["langgraph", "langchain-openai", "opentelemetry-instrumentation-langchain"]}
@@ -214,6 +248,7 @@ def main() -> None:
             RUNNERS[FRAMEWORK](provider, agent)
         except Exception as exc:  # a run may end in the framework's own limit: the spans are what matter
             error = type(exc).__name__
+            traceback.print_exc()
         grown = {t: n - before.get(t, 0) for t, n in SPANS.items() if n > before.get(t, 0)}
         runs.append({**agent, "trace_id": max(grown, key=grown.__getitem__) if grown else "", "error": error})
     provider.shutdown()

@@ -11,6 +11,8 @@ _EXPORTER = ["opentelemetry-sdk>=1.30", "opentelemetry-exporter-otlp-proto-http>
 PYTHON_ENVS: dict[str, list[str]] = {
     # pydantic-ai's own instrumentation (InstrumentationSettings), OpenAI provider
     "pydantic-ai": ["pydantic-ai-slim[openai]==2.68.0", *_EXPORTER],
+    # the OpenAI Agents SDK (Responses API) through OpenInference (the versions of the recorded corpus, recordings/)
+    "openai-agents": ["openai-agents==0.24.0", "openinference-instrumentation-openai-agents==2.6.0", *_EXPORTER],
     # Strands Agents' built-in tracer, OpenAI model provider (streams)
     "strands": ["strands-agents[openai]==1.62.0", *_EXPORTER],
     # Google ADK's built-in tracer (call_llm, execute_tool), the model through ADK's LiteLLM wrapper

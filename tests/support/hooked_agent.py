@@ -4,13 +4,15 @@ interpreter (the instrumentor patches ``openai`` globally, and util-genai reads 
 environment when the instrumentor starts).
 
     python tests/support/hooked_agent.py '{"otlp": ..., "openai_base_url": ..., "examples_dir": ..., "canary": ...,
-                                           "agents": [{"session", "scenario", "steps"}], "api": ...}'
+                                           "agents": [{"session", "scenario", "steps", "items"?}], "api": ...,
+                                           "tool_seconds": ...}'
 
 The environment decides whether the completion hook runs (``OTEL_INSTRUMENTATION_GENAI_COMPLETION_HOOK=loop_detector``
 or nothing): the script sets nothing about it. Every prompt and tool result carries ``canary``. The loggers of the
 hook, the SDK and util-genai write to stderr at DEBUG (the test looks for the canary there). Prints one JSON line:
 per agent, its trace id and, per model call, the messages it sent and the assistant message it got (the test
-recomputes the fingerprints from them). With ``api`` (the service's API URL), each call's span is exported as the call
+recomputes the fingerprints from them). Scenarios: the stub's ``loop``, ``healthy`` and ``batch`` (one procedure over
+``items`` messages, every tool result the same size); each tool takes ``tool_seconds`` (default 0). With ``api`` (the service's API URL), each call's span is exported as the call
 ends, and the decision an agent would read before its next call (``GET /v1/decision``, once the detector has scored
 the span) is recorded with the call.
 """
@@ -44,9 +46,15 @@ from openai_stub import TOOL_SCHEMAS  # noqa: E402
 
 
 def run_tool(name: str, args: dict[str, Any], scenario: str, step: int) -> str:
+    time.sleep(float(CONFIG.get("tool_seconds", 0)))  # a real tool takes time (a read, a test run, a request)
     if scenario == "loop":
         return f"port: 8080\nhost: 0.0.0.0\n# {CANARY}\n"  # never what the agent looks for
+    if scenario == "batch":  # one message after the other: another message each time, each the same size
+        return f"message {step:02d}: 1 attachment, 212 words, status unread ({CANARY})"
     return f"ok: {name} {json.dumps(args, sort_keys=True)} gave result number {step} ({CANARY})"
+
+
+PROMPTS = {"batch": "Triage the messages in the inbox."}
 
 
 def decision_after_call(provider: TracerProvider, session: str) -> dict[str, Any]:
@@ -62,10 +70,11 @@ def decision_after_call(provider: TracerProvider, session: str) -> dict[str, Any
 
 
 def run_agent(client: openai.OpenAI, provider: TracerProvider, tracer: trace.Tracer, session: str, scenario: str,
-              steps: int) -> dict[str, Any]:
+              steps: int, items: int | None = None) -> dict[str, Any]:
+    marker = f"[{scenario} {items}]" if items else f"[{scenario}]"  # [batch N]: the procedure goes over N items
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": f"You are a coding agent. [{scenario}] Secret: {CANARY}"},
-        {"role": "user", "content": f"Fix the failing build. Token {CANARY}"},
+        {"role": "system", "content": f"You are a coding agent. {marker} Secret: {CANARY}"},
+        {"role": "user", "content": f"{PROMPTS.get(scenario, 'Fix the failing build.')} Token {CANARY}"},
     ]
     calls = []
     with loop_context(session_id=session), tracer.start_as_current_span(f"invoke_agent {scenario}") as root:
@@ -95,7 +104,8 @@ def main() -> None:
     OpenAIInstrumentor().instrument(tracer_provider=provider)
     client = openai.OpenAI(base_url=CONFIG["openai_base_url"], api_key="sk-stub", max_retries=0, timeout=20)
     tracer = provider.get_tracer("hooked-agent")
-    runs = [run_agent(client, provider, tracer, a["session"], a["scenario"], int(a["steps"])) for a in CONFIG["agents"]]
+    runs = [run_agent(client, provider, tracer, a["session"], a["scenario"], int(a["steps"]), a.get("items"))
+            for a in CONFIG["agents"]]
     provider.shutdown()
     print(json.dumps({"agents": runs}))
 
