@@ -34,6 +34,9 @@ from detector.service.process import running_service
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "tests" / "support" / "hooked_agent.py"
+sys.path.insert(0, str(ROOT / "examples"))
+from openai_stub import HEALTHY_STEPS  # noqa: E402
+
 HOOK_ENV = "OTEL_INSTRUMENTATION_GENAI_COMPLETION_HOOK"
 
 pytest.importorskip("opentelemetry.instrumentation.openai_v2")
@@ -47,10 +50,13 @@ def svc(tmp_path_factory):
 
 
 def run_agent(eps, stub_url: str, hook: bool, canary: str, tag: str, steps: int = 5, decisions: bool = False,
-              content: bool = False) -> tuple[dict[str, Any], str]:
+              content: bool = False, agents: list[dict[str, Any]] | None = None,
+              tool_seconds: float = 0.0) -> tuple[dict[str, Any], str]:
+    if agents is None:
+        agents = [{"session": f"hook-loop-{tag}", "scenario": "loop", "steps": steps},
+                  {"session": f"hook-healthy-{tag}", "scenario": "healthy", "steps": steps}]
     config = {"otlp": eps.otlp, "openai_base_url": stub_url + "/v1", "examples_dir": str(ROOT / "examples"),
-              "canary": canary, "agents": [{"session": f"hook-loop-{tag}", "scenario": "loop", "steps": steps},
-                                           {"session": f"hook-healthy-{tag}", "scenario": "healthy", "steps": steps}]}
+              "canary": canary, "agents": agents, "tool_seconds": tool_seconds}
     if decisions:
         config["api"] = eps.api
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
@@ -178,3 +184,31 @@ def test_with_content_off_the_hook_flags_the_loop_as_content_does_and_the_health
     for run, source in ((loop, "fingerprints"), (content["agents"][0], "content"), (bare["agents"][0], "sizes")):
         r = httpx.get(f"{eps.api}/admin/loop-detection/sessions/{run['session']}", headers=admin_headers(service))
         assert r.status_code == 200 and r.json()["evidence_sources"] == {source: len(run["calls"])}, r.text
+
+
+BATCH_ITEMS = 20  # the honest procedure: one message after the other, every tool result the same size
+
+
+def test_content_off_without_the_hook_the_loop_is_flagged_and_no_honest_agent_is_warned(svc, stub):
+    """What a new user gets first (issue 31): the real ``openai`` client, openai-v2 in its default mode (no content),
+    no completion hook, the default settings, tools that take a second. The spans carry token counts and finish
+    reasons only, so a step is known by its sizes alone. The loop (the same call, the same result) is flagged; the
+    healthy agent (another tool each step) and an agent applying one procedure to 20 items (the same tool, another
+    message each time, results of the same size) are allowed after every call: equal sizes across steps whose
+    arguments differ are no evidence."""
+    service, eps = svc
+    url, _ = stub
+    tag = uuid.uuid4().hex[:8]
+    agents = [{"session": f"bare-loop-{tag}", "scenario": "loop", "steps": 12},
+              {"session": f"bare-healthy-{tag}", "scenario": "healthy", "steps": HEALTHY_STEPS + 1},
+              {"session": f"bare-batch-{tag}", "scenario": "batch", "steps": BATCH_ITEMS + 1, "items": BATCH_ITEMS}]
+    result, _ = run_agent(eps, url, False, "CANARY-bare", tag, decisions=True, agents=agents, tool_seconds=1.0)
+    loop, healthy, batch = result["agents"]
+    print(f"\nloop {verdicts(loop['calls'])}\nhealthy {verdicts(healthy['calls'])}\nbatch {verdicts(batch['calls'])}")
+    assert len(healthy["calls"]) == HEALTHY_STEPS + 1 and len(batch["calls"]) == BATCH_ITEMS + 1  # ran to the end
+    flagged = first_flag(loop["calls"])
+    assert flagged is not None and flagged <= FLAGGED_BY, verdicts(loop["calls"])  # sizes: as soon as with content
+    assert {v[2] for v in verdicts(loop["calls"])[flagged:]} == {"sizes"}
+    for run in (healthy, batch):
+        assert [c["decision"]["action"] for c in run["calls"]] == ["allow"] * len(run["calls"]), \
+            (run["scenario"], verdicts(run["calls"]))
