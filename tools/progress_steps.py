@@ -24,7 +24,7 @@ os.environ["LOOP_DETECTOR_PURE_PYTHON"] = "1"  # the core is wrapped below: its 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from progress_ablation import stored_calls  # noqa: E402
+from detector.evaluation.offline import stored_calls  # noqa: E402
 
 from detector.core import progress  # noqa: E402
 from detector.core.engine import Engine  # noqa: E402

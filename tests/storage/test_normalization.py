@@ -241,6 +241,11 @@ def test_a_captured_empty_result_is_an_outcome_and_an_absent_one_unknown(store):
              "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "?"}]}])},
             False),
         "semconv chat, no content": (semconv_chat, False),
+        # pydantic-ai with content off: the messages' parts, without their content
+        "semconv chat, parts without their content": (
+            {**semconv_chat, "gen_ai.input.messages": json.dumps([
+                {"role": "user", "parts": [{"type": "tool_call_response", "id": "c", "name": "read_file"}]}])},
+            False),
         "openllmetry chat, empty": ({**ol_chat, "gen_ai.prompt.1.content": ""}, True),
         "openllmetry chat, no content attribute": (ol_chat, False),
         "openinference chat, empty": ({**oi_chat, "llm.input_messages.1.message.content": ""}, True),
