@@ -22,9 +22,6 @@ from typing import Any
 
 os.environ["LOOP_DETECTOR_PURE_PYTHON"] = "1"  # the core is wrapped below: its Python source
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from detector.evaluation.offline import stored_calls  # noqa: E402
 
 from detector.core import progress  # noqa: E402
 from detector.core.engine import Engine  # noqa: E402
@@ -32,6 +29,7 @@ from detector.core.models import Call  # noqa: E402
 from detector.core.progress import EVIDENCE_NAMES, ProgressMemory  # noqa: E402
 from detector.core.steps import ProgressStep  # noqa: E402
 from detector.detection.engine_config import engine_tuning  # noqa: E402
+from detector.evaluation.offline import stored_calls  # noqa: E402
 from detector.settings.config import AppConfig  # noqa: E402
 
 KINDS = {0: "tool", 1: "reply", 2: "failed"}

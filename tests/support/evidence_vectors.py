@@ -89,6 +89,10 @@ TEXTS: list[tuple[str, str]] = [
      "The file /workspace/app.py has been edited. Here's the result of running `cat -n` on a snippet:\n     1\timport os"),
     ("ack: the command said nothing", "\n[The command completed with exit code 0.]"),
     ("not ack: the command failed", "[The command completed with exit code 1.]"),
+    ("ack: an edit whose snippet handles errors", "The file /workspace/app/io.py has been edited. Here's the result of "
+     "running `cat -n` on a snippet of /workspace/app/io.py:\n    41\t    except OSError as error:\n    42\t        "
+     "raise ValueError('cannot read') from error\nReview the changes and make sure they are as expected."),
+    ("not ack: a failure on the first line", "Error: the file has been deleted by another process"),
     ("ack: true", "True"),
     ("ack: a key updated", "Updated config key retries to 5"),
     ("ack: json", '{ "ok" : true }'),

@@ -192,7 +192,7 @@ def _observation(text: str) -> Observation:
                        simhash=word_shingle_simhash_ci(stripped) if stripped else 0,
                        empty=empty, chars=len(utf8(norm)), failed=failed,
                        shape=city_hash64(utf8(digits_masked(norm))) if failed or empty else 0,
-                       pending=pending, ack=is_ack(text, failed, pending))
+                       pending=pending, ack=is_ack(text, pending))
 
 
 def _reply(text: str) -> Reply:

@@ -161,16 +161,16 @@ def first_line(text: str) -> str:
     return match.group(1) if match is not None else ""
 
 
-def is_ack(text: str, failed: bool | None = None, pending: bool | None = None) -> bool:
+def is_ack(text: str, pending: bool | None = None) -> bool:
     """The text only acknowledges what was done (``observation_ack``): its first line says a file was created, a
     record updated, a command completed with exit code 0 and nothing else, "True"...; or the whole text is
-    ``{"ok": true}`` (``success``, ``acknowledged``). Never a text that says it failed or that the work is in
-    progress (``failed``, ``pending``: :func:`is_failed`, :func:`is_pending` of the text, when the caller has them)."""
+    ``{"ok": true}`` (``success``, ``acknowledged``). Never when that first line says it failed (what follows it may:
+    an edit's snippet of code that handles errors), nor when the text says the work is in progress (``pending``:
+    :func:`is_pending` of the text, when the caller has it)."""
     line = first_line(text)
     if line == "":
         return False
     lowered = line.translate(_ASCII_LOWER)
     if _ACK.match(lowered) is None and not (line[0] == "{" and _JSON_ACK.match(text.translate(_ASCII_LOWER))):
         return False
-    failed = is_failed(text) if failed is None else failed
-    return not failed and not (is_pending(text, failed) if pending is None else pending)
+    return not is_failed(line) and not (is_pending(text) if pending is None else pending)

@@ -59,7 +59,7 @@ export function observation(text: string): Observation {
     // a failure's (or "nothing"'s) key: read only for those, computed only for those
     shape: failed || empty ? cityHash64(utf8(digitsMasked(norm))) : 0n,
     pending,
-    ack: isAck(text, failed, pending),
+    ack: isAck(text, pending),
   };
 }
 

@@ -134,12 +134,12 @@ export function firstLine(text: string): string {
 
 /** The text only acknowledges what was done: its first line says a file was created, a record updated, a command
  * completed with exit code 0 and nothing else, "True"...; or the whole text is `{"ok": true}` (`success`,
- * `acknowledged`). Never a text that says it failed or that the work is in progress (`failed`, `pending`:
- * `isFailed`, `isPending` of the text, when the caller has them). */
-export function isAck(text: string, failed?: boolean, pending?: boolean): boolean {
+ * `acknowledged`). Never when that first line says it failed (what follows it may: an edit's snippet of code that
+ * handles errors), nor when the text says the work is in progress (`pending`: `isPending` of the text, when the
+ * caller has it). */
+export function isAck(text: string, pending?: boolean): boolean {
   const line = firstLine(text);
   if (line === '') return false;
   if (!ACK.test(line) && !(line[0] === '{' && JSON_ACK.test(text))) return false;
-  const hasFailed = failed ?? isFailed(text);
-  return !hasFailed && !(pending ?? isPending(text, hasFailed));
+  return !isFailed(line) && !(pending ?? isPending(text));
 }
