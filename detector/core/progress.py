@@ -13,7 +13,8 @@ waits that grew, and the fixed overhead of a cycle (a failure, an acknowledgemen
 of substance. A **loop** is a run of :data:`RUN_TO_WARN` wasted steps. Anything else is progress and ends the run.
 
 Every comparison gives an **evidence level**: ``EXACT``, ``FUZZY`` (near-exactly), ``SIZES`` (content capture off:
-the same tools bringing back the same amount, answered at the same length, to the token), ``STRUCTURE`` (only the
+the same call again, right after itself, bringing back the same substantive amount, asked for at the same length, to
+the token; equal sizes across other steps are no evidence), ``STRUCTURE`` (only the
 same shape: never counted as wasted) or ``NONE``. Timing is not evidence: nothing here reads a clock, except to see
 that the waits grow (backoff).
 """
@@ -27,7 +28,8 @@ from detector.settings.vocabulary import EVIDENCE
 
 __all__ = [
     "BACKOFF_MIN_WAIT_NS", "BACKOFF_RATIO", "EVIDENCE_NAMES", "EXACT", "FUZZY", "MEMORY", "NEAR_BITS", "NONE",
-    "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "STRUCTURE", "SUBSTANCE_CHARS",
+    "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "SIZES_SUBSTANCE_TOKENS", "STRUCTURE",
+    "SUBSTANCE_CHARS",
     "backing_off", "backoff", "match", "reworded_nothing", "same_call_near_result", "same_call_same_result",
     "same_failure", "same_reply", "same_sizes", "shifted_call_same_content",
 ]
@@ -59,9 +61,15 @@ NUDGE_CHARS: Final = 64
 # What came back is content, rather than an acknowledgement, from this many characters (normalized): read again at
 # another offset it is a re-read.
 SUBSTANCE_CHARS: Final = 64
-# Content capture off: two tool runs brought back the same amount when their sizes are equal to the token; two replies
-# (the one that took the step, or the one that followed a tool run) are the same length within this many tokens.
+# Content capture off: two replies (the one that took the step, or the one that followed a tool run) are the same
+# length within this many tokens; two tool runs whose arguments are known to be the same brought back the same amount
+# when their sizes are equal to the token.
 SIZES_REPLY_SLACK: Final = 2
+# Content capture off, arguments unknown: a tool's answer shorter than this many tokens is an acknowledgement or
+# nothing ("True", "File written.", "[]"): every item of a procedure gets the same one, so its size is no evidence.
+# From this size up, the same amount back, asked for at the same length to the token, in the step right after the
+# same one, is the same call again.
+SIZES_SUBSTANCE_TOKENS: Final = 16
 
 # Backoff: an agent that waits longer and longer between the same steps (2 s, 4 s, 8 s) is waiting for the world, not
 # looping. Its idle waits (between a result and the next model call: never the model's or a tool's own time, nor the
@@ -104,14 +112,15 @@ def _sizes(a: ProgressStep, b: ProgressStep) -> int:
         if a.added < 0 and b.added < 0:  # the context did not grow: a request sent again, or a new conversation
             return SIZES if same_reply and a.request and a.request == b.request else STRUCTURE
         return SIZES if same_reply and a.added >= 0 and a.added == b.added else STRUCTURE
-    # a tool always brings something back; answered at the same length, too (an acknowledgement such as "File
-    # written." has the same size after every write: the model's next move tells them apart). Its arguments unknown,
-    # to the token: a procedure over items whose results have one size asks for each item at a length near the last
-    # one's, a loop asks for the same thing again
-    slack = SIZES_REPLY_SLACK if a.act and a.act == b.act else 0
-    if a.added > 0 and a.added == b.added and abs(a.out_tokens - b.out_tokens) <= slack:
-        return SIZES
-    return STRUCTURE
+    # a tool always brings something back, answered at the same length too (an acknowledgement such as "File written."
+    # has the same size after every write: the model's next move tells them apart). Its arguments unknown, only a
+    # substantive answer asked for at the same length to the token (a procedure over items asks for each item at a
+    # length near the last one's, and a short answer has one size for every item)
+    if a.act and a.act == b.act:
+        same = a.added > 0 and a.added == b.added and abs(a.out_tokens - b.out_tokens) <= SIZES_REPLY_SLACK
+    else:
+        same = a.added >= SIZES_SUBSTANCE_TOKENS and a.added == b.added and a.out_tokens == b.out_tokens
+    return SIZES if same else STRUCTURE
 
 
 # -- the rules: each says how strongly step ``a`` repeats the earlier step ``b`` without progress (NONE: it does not);
@@ -246,11 +255,10 @@ def backing_off(steps: list[ProgressStep]) -> bool:
 class ProgressMemory:
     """A scope's memory of its last :data:`MEMORY` steps, and its current run of wasted steps."""
 
-    __slots__ = ("steps", "run", "exact", "strong", "top", "last", "changes", "periods", "counted")
+    __slots__ = ("steps", "run", "exact", "strong", "top", "last", "changes")
 
     def __init__(self, steps: list[ProgressStep] | None = None, run: int = 0, exact: int = 0, strong: int = 0,
-                 top: int = NONE, last: int = NONE, changes: int = 0, periods: tuple[int, ...] = (),
-                 counted: int = -1) -> None:
+                 top: int = NONE, last: int = NONE, changes: int = 0) -> None:
         self.steps: list[ProgressStep] = [] if steps is None else steps
         self.run = run  # consecutive wasted steps (sizes evidence or better)
         self.exact = exact  # of which with exact evidence
@@ -258,8 +266,6 @@ class ProgressMemory:
         self.top = top  # the strongest evidence in the run
         self.last = last  # the latest step's evidence
         self.changes = changes  # changes made since the last outcome (new actions only acknowledged)
-        self.periods = periods  # a run on sizes alone: how many steps back its steps repeat (its cycle's length)
-        self.counted = counted  # and its steps (-1: no run on sizes)
 
     def observe(self, step: ProgressStep) -> int:
         """Compare a new step with the memory, remember it, and extend, leave or end the run; returns its evidence
@@ -277,16 +283,14 @@ class ProgressMemory:
         steps = self.steps
         best = NONE
         prior = -1  # the latest step it repeats
-        n = len(steps)
-        sized: list[int] = []  # how many steps back the ones it repeats by its sizes alone are
-        for i in range(n - 1, -1, -1):
+        for i in range(len(steps) - 1, -1, -1):
             level = match(step, steps[i])
+            if level == SIZES and step.kind == STEP_TOOL and not step.act and i < len(steps) - 1:
+                level = STRUCTURE  # sizes alone, arguments unknown: only the same call right again (_sizes)
             if level > best:
                 best = level
             if prior < 0 and level >= SIZES:
                 prior = i
-            if level == SIZES:
-                sized.append(n - i)
         steps.append(step)
         if len(steps) > MEMORY:
             del steps[0]
@@ -304,9 +308,6 @@ class ProgressMemory:
             return NONE
         if _overhead(step, steps, prior):
             return NONE
-        if best == SIZES and step.kind == STEP_TOOL and not self.strong:
-            return self._sized(sized)
-        self.periods, self.counted = (), -1
         wasted = 2 if self.run and self.changes else 1
         self.changes = 0
         self.last = best
@@ -324,27 +325,6 @@ class ProgressMemory:
         self.last = NONE
         self.run = self.exact = self.strong = self.changes = 0
         self.top = NONE
-        self.periods, self.counted = (), -1
-
-    def _sized(self, sized: list[int]) -> int:
-        """A tool step that repeats earlier ones by its sizes alone (content capture off). A loop repeats its cycle: the
-        step extends the run only when it repeats one at the distance the run's steps did (its period); a procedure
-        over items whose sizes fall in a narrow range meets equal sizes at ever other distances, a coincidence, and a
-        new run starts here. A cycle of p steps is a loop once the whole cycle came back."""
-        if self.counted < 0:  # no run on sizes yet: this step sets the period
-            periods, counted = tuple(sized), self.run
-        else:
-            periods, counted = tuple(p for p in self.periods if p in sized), self.counted
-            if not periods:
-                self.exact = self.strong = 0
-                self.top = NONE
-                periods, counted = tuple(sized), 0
-        self.periods, self.counted = periods, counted + 1
-        self.run = max(0, self.counted - max(0, min(periods) - RUN_TO_WARN))
-        self.last = SIZES
-        if self.top < SIZES:
-            self.top = SIZES
-        return SIZES
 
     def absorb(self, other: ProgressMemory) -> None:
         """Take the steps of another memory of the same scope (a trace's calls, scored under the trace id before its
@@ -363,13 +343,11 @@ class ProgressMemory:
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": [s.to_list() for s in self.steps], "run": self.run, "exact": self.exact,
-                "strong": self.strong, "top": self.top, "last": self.last, "changes": self.changes,
-                "periods": list(self.periods), "counted": self.counted}
+                "strong": self.strong, "top": self.top, "last": self.last, "changes": self.changes}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProgressMemory:
         return cls([ProgressStep.from_list(s) for s in data.get("steps", [])], int(data.get("run", 0)),
                    int(data.get("exact", 0)), int(data.get("strong", 0)), int(data.get("top", 0)),
-                   int(data.get("last", 0)), int(data.get("changes", 0)),
-                   tuple(int(p) for p in data.get("periods", ())), int(data.get("counted", -1)))
+                   int(data.get("last", 0)), int(data.get("changes", 0)))
 

@@ -37,7 +37,7 @@ from detector.evaluation.corpus_records import MAX_CALLS_PER_TRACE, Gen, Scenari
 
 __all__ = [
     "CONTENT_OFF_ONLY", "CORPUS_VERSION", "DEFAULT_SEED", "DEFAULT_VARIANTS", "FAMILIES", "FAMILY_DESCRIPTIONS", "GENERATORS",
-    "LEGIT_FAMILIES", "LOOKALIKE_WITHOUT_CONTENT", "LOOP_FAMILIES", "STRUCTURE_ONLY_WITHOUT_CONTENT",
+    "LEGIT_FAMILIES", "LOOP_FAMILIES", "STRUCTURE_ONLY_WITHOUT_CONTENT",
     "generate_corpus", "generate_scenario", "read_corpus", "validate_scenario", "write_corpus",
 ]
 
@@ -98,19 +98,18 @@ LEGIT_FAMILIES = (
     "workaround_cycle",
 )
 FAMILIES = LOOP_FAMILIES + LEGIT_FAMILIES
-# Loops whose runs without content carry nothing but structure: a reworded request, every size varying (a query's echo,
-# a reply's length, a rewrite's output); same_outcome (issue 31): every change differs in size, and the check's same
-# size alternates with them. Nothing tells them from honest work but the content, which is not there
-# (docs/detection-quality.md reports them apart). Measured with content only in the CI subset (tests/evaluation).
-STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({"reworded_search", "handoff_bounce", "replan_go_on", "runaway_cost",
-                                            "same_outcome"})
-# Honest runs that, without content, are the very steps of a loop: a status polled at a fixed interval, a retry through
-# a wait tool (the same sizes each time; only the clock tells them apart, and timing is not evidence). With content,
-# the status in progress and the growing wait are seen.
-# Issue 31's: a rollout polled at a jittered interval (its moving counts keep the same size), different people each
-# answered '[]', different files each attached ('True'): the same tool bringing back the same amount, again and again.
-LOOKALIKE_WITHOUT_CONTENT = frozenset({"ci_poll_fixed", "flaky_backoff", "rollout_poll_jitter", "same_empty_answer",
-                                       "acknowledged_writes"})
+# Loops whose runs without content carry nothing but structure. A tool's arguments are unknown and the model asks for
+# the same call at a length that varies with its words, so the same call again is not seen: equal sizes are no
+# evidence (a procedure over items has them too; docs/signals.md, "Progress"), and a failure said in words is not
+# seen either. A reworded request, every size varying; same_outcome: every change differs in size. Nothing tells them
+# from honest work but the content, which is not there, or the app's fingerprints (the SDKs' completion hook), which
+# catch them as content does (docs/detection-quality.md reports them apart). Measured with content only in the CI
+# subset (tests/evaluation). Without content, the loops seen are those whose steps are the same call, answered alike
+# to the token, failures with an error status, replies regenerated at the same length, and budgets.
+STRUCTURE_ONLY_WITHOUT_CONTENT = frozenset({
+    "exact_tool_repeat", "ab_cycle", "long_cycle", "context_growth", "runaway_cost", "reworded_search",
+    "shifted_reread", "handoff_bounce", "replan_go_on", "restart_loop", "same_outcome", "empty_output_rerun",
+    "think_between_failures"})
 # Families whose runs only make sense without content capture, every variant: one procedure over items whose results
 # have the same size to the token (with content, the items differ in every result; without, every step's sizes are
 # equal: structure alone, which must never flag). The CI subset measures it without content, its only mode.

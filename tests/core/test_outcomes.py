@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from support.agent_runs import agent_run, first_flag, step_actions
 
-from detector.core.progress import EXACT, NONE, RUN_TO_WARN, ProgressMemory
+from detector.core.progress import EXACT, NONE, RUN_TO_WARN, SIZES_SUBSTANCE_TOKENS, ProgressMemory
 from detector.core.steps import STEP_TOOL, ProgressStep
 from detector.settings.config import load_config
 
@@ -198,16 +198,22 @@ def sized(added, out=36, name="read_file"):
     return ProgressStep(STEP_TOOL, (name,), 0, 0, 0, 0, 0, 0, added, out)
 
 
-def test_sizes_alone_flag_a_loop_that_repeats_its_cycle():
-    memory, levels = observe([sized(240)] * 5)  # the same call, the same amount back, answered alike
+def test_sizes_alone_flag_the_same_call_right_again_and_no_cycle():
+    memory, levels = observe([sized(240)] * 5)  # the same call, the same amount back, asked for alike
     assert memory.flag != NONE
-    cycle = [sized(120), sized(300, 40), sized(80, 20), sized(500, 50)] * 3
-    memory = ProgressMemory()
-    flags = []
-    for s in cycle:
-        memory.observe(s)
-        flags.append(memory.flag != NONE)
-    assert flags.index(True) >= 4 + RUN_TO_WARN - 1  # not before the whole cycle came back
+    # equal sizes a few steps back are what a procedure over items meets by coincidence: no evidence, its arguments
+    # unknown (with content or fingerprints, a cycle is seen)
+    memory, levels = observe([sized(120), sized(300, 40), sized(80, 20), sized(500, 50)] * 3)
+    assert memory.flag == NONE and memory.run == 0
+
+
+def test_sizes_alone_a_short_answer_is_no_evidence():
+    # five files attached, "True" after each, each asked for at the same length: an acknowledgement has one size for
+    # every item
+    memory, levels = observe([sized(1, 19, "attach_file")] * 6)
+    assert memory.flag == NONE and set(levels) == {NONE}
+    memory, levels = observe([sized(SIZES_SUBSTANCE_TOKENS, 19, "read_file")] * 6)  # from this size up it is evidence
+    assert memory.flag != NONE
 
 
 def test_sizes_alone_never_flag_a_procedure_whose_equal_sizes_meet_at_ever_other_distances():

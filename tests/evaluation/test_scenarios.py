@@ -13,7 +13,6 @@ import pytest
 from detector.core.escalation import LEVEL_RANK
 from detector.evaluation.corpus import (
     LEGIT_FAMILIES,
-    LOOKALIKE_WITHOUT_CONTENT,
     LOOP_FAMILIES,
     STRUCTURE_ONLY_WITHOUT_CONTENT,
     generate_scenario,
@@ -22,32 +21,25 @@ from detector.evaluation.replay import replay
 from detector.settings.config import AppConfig, parse_config
 
 # variant 0 captures content, variant 2 does not (the default of every instrumentation); a loop whose runs without
-# content carry nothing but structure (a reworded request, every size varying), and an honest run whose steps without
-# content are a loop's (a fixed-interval poll), are measured with content only; a content-off-only family
-# (CONTENT_OFF_ONLY) has both variants without content
-LOOPS = [generate_scenario(f, v) for f in LOOP_FAMILIES for v in (0, 2)
-         if not (v == 2 and f in STRUCTURE_ONLY_WITHOUT_CONTENT)]
-LEGIT = [generate_scenario(f, v) for f in LEGIT_FAMILIES for v in (0, 2)
-         if not (v == 2 and f in LOOKALIKE_WITHOUT_CONTENT)]
+# content carry nothing but structure (STRUCTURE_ONLY_WITHOUT_CONTENT: the arguments unknown, the request's length
+# varying with its words) is measured without content through the app's fingerprints (the SDKs' completion hook), as
+# its users would run it; a content-off-only family (CONTENT_OFF_ONLY) has both variants without content. Every honest
+# run is measured in both.
+LOOPS = [dataclasses.replace(s, app_fingerprints=True)
+         if not s.capture_content and s.family in STRUCTURE_ONLY_WITHOUT_CONTENT else s
+         for s in (generate_scenario(f, v) for f in LOOP_FAMILIES for v in (0, 2))]
+LEGIT = [generate_scenario(f, v) for f in LEGIT_FAMILIES for v in (0, 2)]
 
-# Issue 31's runs that the detector does not yet judge by their outcome: expected failures, not strict, so that CI
-# replays and reports them (XFAIL today, XPASS once the detector gets them right: then drop them from here) without
-# asserting what it cannot do yet. Why each fails today:
-PENDING_ISSUE_31 = {
-    "same_outcome-00": "each edit is a new action: the same check output between them never makes three in a row",
-    "think_between_failures-00": "each think step is a new action and breaks the run of identical failures",
-    "rollout_poll_jitter-00": "kubectl's 'Waiting for deployment ... N of M' differs only in numbers: a near repeat, "
-                              "not read as a status in progress",
-    "equal_size_batch-00": "without content, the same tool bringing back the same size is a wasted step (sizes)",
-    "equal_size_batch-02": "without content, the same tool bringing back the same size is a wasted step (sizes)",
-    "same_empty_answer-00": "the same tool coming back with nothing is wasted whatever the arguments",
+# Loops the detector misses, and why (strict: once caught, drop it from here).
+KNOWN_MISSES = {
+    "same_outcome-02": "each change (a form filled) brings back a page of its own, which is a new outcome; the submit's "
+                       "same page after it is not judged against the change (docs/detection-quality.md)",
 }
 
 
-def _pending(scenarios: list) -> list:
-    return [pytest.param(s, id=s.id, marks=pytest.mark.xfail(reason=f"issue 31: {PENDING_ISSUE_31[s.id]}",
-                                                             strict=False))
-            if s.id in PENDING_ISSUE_31 else pytest.param(s, id=s.id) for s in scenarios]
+def _with_known_misses(scenarios: list) -> list:
+    return [pytest.param(s, id=s.id, marks=pytest.mark.xfail(reason=KNOWN_MISSES[s.id], strict=True))
+            if s.id in KNOWN_MISSES else pytest.param(s, id=s.id) for s in scenarios]
 
 
 def first_action(decisions: list[dict]) -> tuple[int, dict] | None:
@@ -61,12 +53,11 @@ def default_replay():
 
 def test_library_size():
     assert len(LOOPS) >= 12 and len({s.family for s in LOOPS}) >= 9
-    assert set(PENDING_ISSUE_31) <= {s.id for s in LOOPS + LEGIT}  # every expected failure is replayed
     assert len(LEGIT) >= 8 and {s.family for s in LEGIT} >= {
         "batch_template", "polling_backoff", "transient_error", "same_greeting", "long_productive"}
 
 
-@pytest.mark.parametrize("scenario", _pending(LOOPS))
+@pytest.mark.parametrize("scenario", _with_known_misses(LOOPS))
 def test_every_loop_is_caught_after_its_onset(default_replay, scenario):
     decisions = default_replay.decisions[scenario.id]
     first = first_action(decisions)
@@ -78,7 +69,7 @@ def test_every_loop_is_caught_after_its_onset(default_replay, scenario):
     assert all(b - a <= 1 for a, b in zip(levels, levels[1:], strict=False)), levels
 
 
-@pytest.mark.parametrize("scenario", _pending(LEGIT))
+@pytest.mark.parametrize("scenario", LEGIT, ids=lambda s: s.id)
 def test_legitimate_workloads_stay_allow(default_replay, scenario):
     decisions = default_replay.decisions[scenario.id]
     assert [d["action"] for d in decisions] == ["allow"] * len(decisions)
