@@ -119,6 +119,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("without shifted_call_same_content", (without_rule("shifted_call_same_content"),)),
     Variant("without same_reply", (without_rule("same_reply"),)),
     Variant("without same_sizes (content off)", (without_rule("same_sizes"),)),
+    Variant("without reworded_nothing", (without_rule("reworded_nothing"),)),
     Variant("without changes judged by their check (an acknowledgement is progress)",
             calls=calls_without("observation_ack")),
     Variant("without the overhead of a cycle (its fixed steps are wasted)",

@@ -30,7 +30,7 @@ __all__ = [
     "BACKOFF_MIN_WAIT_NS", "BACKOFF_RATIO", "EVIDENCE_NAMES", "EXACT", "FUZZY", "MEMORY", "NEAR_BITS", "NONE",
     "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "SIZES_SUBSTANCE_TOKENS", "STRUCTURE",
     "SUBSTANCE_CHARS",
-    "backing_off", "backoff", "match", "same_call_near_result", "same_call_same_result",
+    "backing_off", "backoff", "match", "reworded_nothing", "same_call_near_result", "same_call_same_result",
     "same_failure", "same_reply", "same_sizes", "shifted_call_same_content",
 ]
 
@@ -136,6 +136,15 @@ def same_failure(a: ProgressStep, b: ProgressStep) -> int:
     return EXACT if a.names == b.names else FUZZY
 
 
+def reworded_nothing(a: ProgressStep, b: ProgressStep) -> int:
+    """The same question reworded (arguments within ``NEAR_BITS`` but for their numbers), "nothing" again: a search
+    rephrased with the same empty answer. Another question answered with nothing (seven names checked, seven ``[]``)
+    asked something new."""
+    if not (a.nothing and b.nothing) or a.kind != STEP_TOOL or a.names != b.names or (a.act and a.act == b.act):
+        return NONE
+    return FUZZY if _compare(a.act, b.act, a.act_sim, b.act_sim, NEAR_BITS) == _NEAR else NONE
+
+
 def same_call_same_result(a: ProgressStep, b: ProgressStep) -> int:
     """The same tool call bringing back the same: ``read_file("a.py")`` twice. The same call bringing back something
     new is what polling and paging are."""
@@ -196,7 +205,7 @@ def same_sizes(a: ProgressStep, b: ProgressStep) -> int:
     return _sizes(a, b)
 
 
-RULES: Final = (same_failure, same_call_same_result, same_call_near_result,
+RULES: Final = (same_failure, reworded_nothing, same_call_same_result, same_call_near_result,
                 shifted_call_same_content, same_reply, same_sizes)
 
 

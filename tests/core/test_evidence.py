@@ -46,9 +46,9 @@ def test_every_decision_that_leaves_allow_names_the_signal_it_rests_on():
     # call by call, as an agent reads its decision: the early warning can come from the tool results of a call
     # already scored (no score named a signal yet); it names what the run repeats
     calls = []
-    for i in range(8):  # the same search again, the same nothing back
-        calls.append(agent_llm(i, at=i * 1.3, tokens=(500 + 160 * i, 40), tools=(("search", 100),), text=i + 1))
-        calls.append(agent_tool(i, "search", at=i * 1.3 + 0.9, args=100, args_sim=7, result=99, empty=True))
+    for i in range(8):  # the same search reworded each time, the same nothing back
+        calls.append(agent_llm(i, at=i * 1.3, tokens=(500 + 160 * i, 40), tools=(("search", 100 + i),), text=i + 1))
+        calls.append(agent_tool(i, "search", at=i * 1.3 + 0.9, args=100 + i, args_sim=7, result=99, empty=True))
     engine = make_engine(AppConfig())
     flagged = []
     for c in calls:
