@@ -314,8 +314,8 @@ class Engine:
                  out: CycleOutput, rules: bool = True) -> None:
         """3. One step into each scope's progress memory; at a tool step, the no_progress rule and the early warning
         follow at once (a model call evaluates them with its other rules)."""
-        for st in scopes:
-            st.progress.observe(step)
+        for i, st in enumerate(scopes):  # each memory judges its own copy (a step new to a trace may repeat its session)
+            st.progress.observe(step.copy() if i else step)
         if not rules:
             return
         for rule in self.tuning.rules:

@@ -283,10 +283,11 @@ class ProgressMemory:
         steps = self.steps
         best = NONE
         prior = -1  # the latest step it repeats
+        unknown = False  # equal sizes further back: no evidence either way
         for i in range(len(steps) - 1, -1, -1):
             level = match(step, steps[i])
             if level == SIZES and step.kind == STEP_TOOL and not step.act and i < len(steps) - 1:
-                level = STRUCTURE  # sizes alone, arguments unknown: only the same call right again (_sizes)
+                level, unknown = STRUCTURE, True  # sizes alone, arguments unknown: only the same call right again
             if level > best:
                 best = level
             if prior < 0 and level >= SIZES:
@@ -298,8 +299,8 @@ class ProgressMemory:
         if best < SIZES:
             if step.ack:
                 self.changes += 1
-            elif not step.nothing:
-                self._progress(step)
+            elif not (step.nothing or (unknown and self.strong)):  # equal sizes further back: no outcome seen,
+                self._progress(step, fresh=not unknown)  # and no end of a run that stronger evidence made
             return NONE
         if step.pending or backing_off(steps):
             return NONE
@@ -320,8 +321,8 @@ class ProgressMemory:
             self.top = best
         return best
 
-    def _progress(self, step: ProgressStep) -> None:
-        step.fresh = True
+    def _progress(self, step: ProgressStep, fresh: bool = True) -> None:
+        step.fresh = fresh
         self.last = NONE
         self.run = self.exact = self.strong = self.changes = 0
         self.top = NONE

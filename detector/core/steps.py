@@ -94,6 +94,13 @@ class ProgressStep:
                 self.failure, self.added, self.out_tokens, self.wait_ns, self.request, self.pending, self.nothing,
                 self.ack, self.fresh]
 
+    def copy(self) -> ProgressStep:
+        """The same step, not yet judged: for another scope's memory (each memory marks its own steps ``fresh``)."""
+        step = ProgressStep(self.kind, self.names, self.act, self.act_sim, self.obs, self.obs_sim, self.obs_chars,
+                            self.failure, self.added, self.out_tokens, self.wait_ns)
+        step.request, step.pending, step.nothing, step.ack = self.request, self.pending, self.nothing, self.ack
+        return step
+
     @classmethod
     def from_list(cls, data: list[Any]) -> ProgressStep:
         step = cls(int(data[0]), tuple(str(x) for x in data[1]), int(data[2]), int(data[3]), int(data[4]),
