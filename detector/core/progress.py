@@ -66,10 +66,10 @@ SUBSTANCE_CHARS: Final = 64
 # when their sizes are equal to the token.
 SIZES_REPLY_SLACK: Final = 2
 # Content capture off, arguments unknown: a tool's answer shorter than this many tokens is an acknowledgement or
-# nothing ("True", "File written.", "[]"): every item of a procedure gets the same one, so its size is no evidence.
-# From this size up, the same amount back, asked for at the same length to the token, in the step right after the
-# same one, is the same call again.
-SIZES_SUBSTANCE_TOKENS: Final = 16
+# nothing ("True", "OK", "File written.", "[]", '{"ok": true}'): every item of a procedure gets the same one, so its
+# size is no evidence. From this size up (a two-line file), the same amount back, asked for at the same length to the
+# token, in the step right after the same one, is the same call again.
+SIZES_SUBSTANCE_TOKENS: Final = 8
 
 # Backoff: an agent that waits longer and longer between the same steps (2 s, 4 s, 8 s) is waiting for the world, not
 # looping. Its idle waits (between a result and the next model call: never the model's or a tool's own time, nor the

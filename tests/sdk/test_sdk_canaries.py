@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 from loop_detector_sdk import AsyncLoopGuard, LoopBlockedError, LoopGuard, guard_anthropic, guard_openai
+from loop_detector_sdk.evidence.fingerprints import VERSION as EVIDENCE_VERSION
 from support.enforcement import uid
 
 CANARY = "CANARY-9d41e7"
@@ -69,7 +70,7 @@ def assert_fingerprinted(checks: list[dict[str, Any]], models: int, tools: int =
     assert len(model_checks) >= models and len(tool_checks) >= tools, checks
     for c in model_checks:
         evidence = c["pending"]["evidence"]
-        assert evidence["version"] == 2 and evidence["request"] and "input" in evidence
+        assert evidence["version"] == EVIDENCE_VERSION and evidence["request"] and "input" in evidence
     for c in tool_checks:
         assert set(c["pending"]) == {"tool_name", "evidence"} and c["pending"]["evidence"]["tool"]
 
@@ -182,4 +183,4 @@ def test_the_litellm_guardrails_pending_calls():
     responses = {"model": MODEL, "input": CANARY, "instructions": CANARY}
     messages = {"model": "claude", "system": CANARY, "messages": [{"role": "user", "content": CANARY}]}
     for pending in (chat_pending(chat), responses_pending(responses), messages_pending(messages)):
-        assert CANARY not in json.dumps(pending) and pending["evidence"]["version"] == 2
+        assert CANARY not in json.dumps(pending) and pending["evidence"]["version"] == EVIDENCE_VERSION
