@@ -6,7 +6,7 @@ defaults, ``preset: protect``), go through the pipeline deterministically
 (``tests/support/golden_pipeline.py``: fixed ids and times, one insert and one detection cycle per round). What the
 normalization made of every span (a digest of each ``otel.genai_calls`` row) and the decision read after every call
 must equal ``tests/data/golden_pipeline.json.gz``, which the same script wrote first on 6a852c8, the last commit that
-normalized spans on insert with a materialized view, and again on 28ef95a, where detection changed on purpose (issue
+normalized spans on insert with a materialized view, and again on 4e20fbf, where detection changed on purpose (issue
 31: outcomes; every call digest gained the acknowledgement column; the decisions' differences reviewed in its closing
 note). The file records the command, ``produced_by``.
 
