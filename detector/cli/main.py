@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import NoReturn
 
 from detector import __version__, native
+from detector.cli.arg_types import LOG_LEVELS, bounded_int, log_level, port
+from detector.cli.parser import Parser
 from detector.settings.config import ConfigError, load_config
 from detector.settings.vocabulary import PRESETS
 
@@ -165,30 +166,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, with its errors in one line (what is wrong, and where the help is) instead of the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def port(text: str) -> int:
-    """A TCP port number: 0 (a free one, the startup line says which) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535; 0: a free one)")
-    return value
-
-
 def _add_admin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default="http://127.0.0.1:8080",
                    help="the API of the running service (default %(default)s: serve's --api-port on --host)")
     p.add_argument("--token", help="admin token (default: $LOOP_DETECTOR_ADMIN_TOKEN or <data-dir>/admin-token)")
-    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    p.add_argument("--no-color", action="store_true")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                   help="the service's data directory (serve's --data-dir), where it wrote admin-token (default "
+                        "%(default)s, relative to where you run this)")
+    p.add_argument("--no-color", action="store_true", help="no colours (the default off a terminal)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also serve a read-only ClickHouse-compatible HTTP endpoint over the embedded store on "
                             "this port (conventionally 8123), for Grafana's ClickHouse plugin (config: "
                             "clickhouse_http.port; off when not set)")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
+                       help=f"the log's threshold: {', '.join(LOG_LEVELS)} (any case; default info)")
     serve.set_defaults(func=_cmd_serve)
 
     check = sub.add_parser("check-config", help="validate a config file, listing every error")
@@ -246,8 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="tracked sessions: level, confidence, dominant signal")
     _add_admin_args(sessions)
-    sessions.add_argument("--limit", type=int, default=50)
-    sessions.add_argument("--offset", type=int, default=0)
+    sessions.add_argument("--limit", type=bounded_int(1, 1000, "sessions per page"), default=50,
+                          help="how many sessions to list, most recently active first (1-1000, default %(default)s)")
+    sessions.add_argument("--offset", type=bounded_int(0, 2**31, "sessions to skip"), default=0,
+                          help="skip this many sessions first, to page through (default %(default)s)")
     sessions.set_defaults(func=_cmd_sessions)
 
     session = sub.add_parser("session", help="one session: escalation timeline and signals")
