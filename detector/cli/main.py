@@ -139,23 +139,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    from detector.cli.session_commands import ServiceUnreachable, resolve_token, run_sessions
+    from detector.cli.session_commands import AdminCommandError, find_token, run_sessions
 
     try:
-        return run_sessions(args.endpoint, resolve_token(args.token, args.data_dir), args.limit, args.offset,
+        return run_sessions(args.endpoint, find_token(args.token, args.data_dir), args.limit, args.offset,
                             not args.no_color)
-    except ServiceUnreachable as exc:
+    except AdminCommandError as exc:
         print(exc, file=sys.stderr)
         return 1
 
 
 def _cmd_session(args: argparse.Namespace) -> int:
-    from detector.cli.session_commands import ServiceUnreachable, resolve_token, run_session
+    from detector.cli.session_commands import AdminCommandError, find_token, run_session
 
     try:
-        return run_session(args.endpoint, resolve_token(args.token, args.data_dir), args.session_id,
+        return run_session(args.endpoint, find_token(args.token, args.data_dir), args.session_id,
                            not args.no_color)
-    except ServiceUnreachable as exc:
+    except AdminCommandError as exc:
         print(exc, file=sys.stderr)
         return 1
 
