@@ -122,12 +122,20 @@ def _cmd_apply_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    """The effective configuration (defaults, preset and file merged; secrets masked) as YAML, then OK as a YAML
+    comment, so the whole output still reads as YAML; --quiet: the OK alone."""
+    from detector.cli.effective_config import effective_config_yaml
+
     try:
-        load_config(args.file, preset=args.preset)
+        config = load_config(args.file, preset=args.preset)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"{args.file}: OK")
+    if not args.quiet:
+        preset = config.preset or "none"
+        print(f"# the effective configuration of {args.file} (preset: {preset}; defaults filled in, secrets masked)")
+        print(effective_config_yaml(config), end="")
+    print(f"# {args.file}: OK")
     return 0
 
 
@@ -209,9 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"the log's threshold: {', '.join(LOG_LEVELS)} (any case; default info)")
     serve.set_defaults(func=_cmd_serve)
 
-    check = sub.add_parser("check-config", help="validate a config file, listing every error")
+    check = sub.add_parser("check-config", help="validate a config file, listing every error; when valid, print "
+                           "the effective configuration (defaults and preset applied, secrets masked)")
     check.add_argument("file")
     check.add_argument("--preset", choices=PRESETS, help="validate the file over this preset (as serve --preset)")
+    check.add_argument("-q", "--quiet", action="store_true",
+                       help="print only OK, not the effective configuration")
     check.set_defaults(func=_cmd_check_config)
 
     schema = sub.add_parser("apply-schema", help="create or upgrade the tables, views and columns in the store "
