@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import NoReturn
 
 from detector import __version__, native
+from detector.cli.arg_types import LOG_LEVELS, bounded_int, log_level, port
+from detector.cli.parser import Parser
 from detector.settings.config import ConfigError, load_config
 from detector.settings.vocabulary import PRESETS
 
@@ -121,12 +122,20 @@ def _cmd_apply_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    """The effective configuration (defaults, preset and file merged; secrets masked) as YAML, then OK as a YAML
+    comment, so the whole output still reads as YAML; --quiet: the OK alone."""
+    from detector.cli.effective_config import effective_config_yaml
+
     try:
-        load_config(args.file, preset=args.preset)
+        config = load_config(args.file, preset=args.preset)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"{args.file}: OK")
+    if not args.quiet:
+        preset = config.preset or "none"
+        print(f"# the effective configuration of {args.file} (preset: {preset}; defaults filled in, secrets masked)")
+        print(effective_config_yaml(config), end="")
+    print(f"# {args.file}: OK")
     return 0
 
 
@@ -138,23 +147,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    from detector.cli.session_commands import ServiceUnreachable, resolve_token, run_sessions
+    from detector.cli.session_commands import AdminCommandError, find_token, run_sessions
 
     try:
-        return run_sessions(args.endpoint, resolve_token(args.token, args.data_dir), args.limit, args.offset,
+        return run_sessions(args.endpoint, find_token(args.token, args.data_dir), args.limit, args.offset,
                             not args.no_color)
-    except ServiceUnreachable as exc:
+    except AdminCommandError as exc:
         print(exc, file=sys.stderr)
         return 1
 
 
 def _cmd_session(args: argparse.Namespace) -> int:
-    from detector.cli.session_commands import ServiceUnreachable, resolve_token, run_session
+    from detector.cli.session_commands import AdminCommandError, find_token, run_session
 
     try:
-        return run_session(args.endpoint, resolve_token(args.token, args.data_dir), args.session_id,
+        return run_session(args.endpoint, find_token(args.token, args.data_dir), args.session_id,
                            not args.no_color)
-    except ServiceUnreachable as exc:
+    except AdminCommandError as exc:
         print(exc, file=sys.stderr)
         return 1
 
@@ -165,30 +174,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, with its errors in one line (what is wrong, and where the help is) instead of the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def port(text: str) -> int:
-    """A TCP port number: 0 (a free one, the startup line says which) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535; 0: a free one)")
-    return value
-
-
 def _add_admin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default="http://127.0.0.1:8080",
                    help="the API of the running service (default %(default)s: serve's --api-port on --host)")
     p.add_argument("--token", help="admin token (default: $LOOP_DETECTOR_ADMIN_TOKEN or <data-dir>/admin-token)")
-    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    p.add_argument("--no-color", action="store_true")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                   help="the service's data directory (serve's --data-dir), where it wrote admin-token (default "
+                        "%(default)s, relative to where you run this)")
+    p.add_argument("--no-color", action="store_true", help="no colours (the default off a terminal)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,12 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also serve a read-only ClickHouse-compatible HTTP endpoint over the embedded store on "
                             "this port (conventionally 8123), for Grafana's ClickHouse plugin (config: "
                             "clickhouse_http.port; off when not set)")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
+                       help=f"the log's threshold: {', '.join(LOG_LEVELS)} (any case; default info)")
     serve.set_defaults(func=_cmd_serve)
 
-    check = sub.add_parser("check-config", help="validate a config file, listing every error")
+    check = sub.add_parser("check-config", help="validate a config file, listing every error; when valid, print "
+                           "the effective configuration (defaults and preset applied, secrets masked)")
     check.add_argument("file")
     check.add_argument("--preset", choices=PRESETS, help="validate the file over this preset (as serve --preset)")
+    check.add_argument("-q", "--quiet", action="store_true",
+                       help="print only OK, not the effective configuration")
     check.set_defaults(func=_cmd_check_config)
 
     schema = sub.add_parser("apply-schema", help="create or upgrade the tables, views and columns in the store "
@@ -246,8 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="tracked sessions: level, confidence, dominant signal")
     _add_admin_args(sessions)
-    sessions.add_argument("--limit", type=int, default=50)
-    sessions.add_argument("--offset", type=int, default=0)
+    sessions.add_argument("--limit", type=bounded_int(1, 1000, "sessions per page"), default=50,
+                          help="how many sessions to list, most recently active first (1-1000, default %(default)s)")
+    sessions.add_argument("--offset", type=bounded_int(0, 2**31, "sessions to skip"), default=0,
+                          help="skip this many sessions first, to page through (default %(default)s)")
     sessions.set_defaults(func=_cmd_sessions)
 
     session = sub.add_parser("session", help="one session: escalation timeline and signals")

@@ -4,7 +4,9 @@ A port that is in use, privileged, out of range or on an address this host does 
 before it creates its data directory, its tokens or its store (opening the store takes seconds). So the HTTP
 listeners are bound here, first, and the OTLP/gRPC port, which grpcio binds itself when the receiver starts inside
 the event loop, is tried with a plain socket at the same moment. Every failure is a :class:`ListenError` whose
-message says the address, what would have listened there, why it cannot, and which flag moves it.
+message says the address, what would have listened there, why it cannot, and which flag moves it; when several
+ports cannot be had (the defaults, taken by another service), one :class:`ListenError` names every one of them, so
+the next attempt is not refused again for the next port.
 
 The OTLP/gRPC receiver listens on ``--host`` like the others, on its own port (``--otlp-grpc-port``, default
 4317): moving ``--otlp-port`` (OTLP/HTTP) leaves it where it is.
@@ -17,7 +19,7 @@ import socket
 from dataclasses import dataclass
 
 __all__ = ["API", "CLICKHOUSE_HTTP", "HOST_FLAG", "OTLP_GRPC", "OTLP_HTTP", "ListenError", "Listener", "Listeners",
-           "bind", "open_listeners", "probe"]
+           "bind", "combined", "open_listeners", "probe"]
 
 HOST_FLAG = "--host"
 
@@ -41,8 +43,36 @@ class ListenError(Exception):
 
     def __init__(self, host: str, port: int, listener: Listener | None, reason: str, remedy: str) -> None:
         self.host, self.port, self.listener, self.reason, self.remedy = host, port, listener, reason, remedy
+        self.failures: list[ListenError] = [self]
         what = f" for {listener.label} ({listener.flag})" if listener else ""
         super().__init__(f"cannot listen on {host}:{port}{what}: {reason}; {remedy}")
+
+
+def _where(error: ListenError) -> str:
+    return f"{error.host}:{error.port}" + (f" for {error.listener.label} ({error.listener.flag})"
+                                           if error.listener else "")
+
+
+def _flag(error: ListenError) -> str:
+    return error.listener.flag.split(" ")[0] if error.listener else "the port's flag"
+
+
+def combined(errors: list[ListenError]) -> ListenError:
+    """One error for every listener that failed: the first alone, or one line naming them all (ports in use: one
+    reason and one remedy for all of them; otherwise each with its own)."""
+    if len(errors) == 1:
+        return errors[0]
+    first = errors[0]
+    if all(e.reason == first.reason and e.remedy.startswith("another process holds it") for e in errors):
+        flags = ", ".join(_flag(e) for e in errors)
+        message = (f"cannot listen on {', '.join(_where(e) for e in errors)}: {first.reason}; other processes "
+                   f"hold them: stop them, or choose other ports with {flags} (0: a free one)")
+    else:
+        message = "; and ".join(str(e) for e in errors)
+    error = ListenError(first.host, first.port, first.listener, first.reason, first.remedy)
+    error.args = (message,)
+    error.failures = errors
+    return error
 
 
 def _failure(host: str, port: int, listener: Listener | None, exc: Exception) -> ListenError:
@@ -114,17 +144,25 @@ class Listeners:
 def open_listeners(host: str, otlp_port: int, api_port: int, clickhouse_port: int | None = None,
                    grpc_port: int | None = None) -> Listeners:
     """Bind the OTLP/HTTP and API listeners (and the ClickHouse HTTP one, when it has a port), and probe the
-    OTLP/gRPC port (None: no gRPC receiver); on the first failure, close what was bound and raise it."""
+    OTLP/gRPC port (None: no gRPC receiver); when any fails, close what was bound and raise one error naming every
+    listener that failed."""
+    wanted: list[tuple[int, Listener]] = [(otlp_port, OTLP_HTTP), (api_port, API)]
+    if clickhouse_port is not None:
+        wanted.append((clickhouse_port, CLICKHOUSE_HTTP))
     opened: list[socket.socket] = []
-    try:
-        opened.append(bind(host, otlp_port, OTLP_HTTP))
-        opened.append(bind(host, api_port, API))
-        if clickhouse_port is not None:
-            opened.append(bind(host, clickhouse_port, CLICKHOUSE_HTTP))
-        if grpc_port is not None:
+    errors: list[ListenError] = []
+    for number, listener in wanted:
+        try:
+            opened.append(bind(host, number, listener))
+        except ListenError as exc:
+            errors.append(exc)
+    if grpc_port is not None:
+        try:
             probe(host, grpc_port, OTLP_GRPC)
-    except ListenError:
+        except ListenError as exc:
+            errors.append(exc)
+    if errors:
         for sock in opened:
             sock.close()
-        raise
+        raise combined(errors)
     return Listeners(host, opened[0], opened[1], opened[2] if len(opened) > 2 else None)

@@ -101,3 +101,34 @@ def test_grpc_follows_host_on_its_own_port(tmp_path):
             grpc.channel_ready_future(channel).result(timeout=30)
         with socket.socket() as sock:  # nothing of it on the other loopback address
             assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_every_busy_port_is_named_at_once(tmp_path):
+    """Issue 32: with several ports taken (the defaults, held by another service), one refusal names them all,
+    instead of one per attempt."""
+    holders = [held_port(), held_port(), held_port(reuse_port=True)]
+    otlp, api, grpc_port = (str(h.getsockname()[1]) for h in holders)
+    try:
+        done = serve(tmp_path, "--otlp-port", otlp, "--api-port", api, "--otlp-grpc-port", grpc_port)
+    finally:
+        for holder in holders:
+            holder.close()
+    line = assert_one_line_refusal(done, tmp_path)
+    assert line.startswith(f"refusing to start: cannot listen on 127.0.0.1:{otlp} for OTLP/HTTP (--otlp-port), "
+                           f"127.0.0.1:{api} for the API (--api-port), 127.0.0.1:{grpc_port} for OTLP/gRPC "
+                           "(--otlp-grpc-port): Address already in use;"), line
+    assert "choose other ports with --otlp-port, --api-port, --otlp-grpc-port (0: a free one)" in line
+
+
+def test_two_busy_ports_of_four_are_both_named(tmp_path):
+    holders = [held_port(), held_port()]
+    api, clickhouse = (str(h.getsockname()[1]) for h in holders)
+    try:
+        done = serve(tmp_path, "--otlp-port", str(free_port()), "--api-port", api, "--otlp-grpc-port", "0",
+                     "--clickhouse-http-port", clickhouse)
+    finally:
+        for holder in holders:
+            holder.close()
+    line = assert_one_line_refusal(done, tmp_path)
+    assert f"127.0.0.1:{api} for the API (--api-port), 127.0.0.1:{clickhouse} for the ClickHouse HTTP endpoint" in line
+    assert "--otlp-port" not in line and "--otlp-grpc-port" not in line

@@ -33,3 +33,30 @@ def test_sessions_and_session_detail_in_a_terminal(tmp_path, fast_config, capsys
     assert "escalation timeline" in detail and "none ->" in detail and "warn" in detail
     assert "tool_call_repetition" in detail and "#" in detail  # signal bars
     assert "\x1b[" not in detail  # no colour codes when not a terminal
+
+
+def test_timestamps_to_the_millisecond_and_no_dominant_signal_without_confidence(tmp_path, fast_config, capsys,
+                                                                                monkeypatch):
+    """Issue 32: the store's nanosecond timestamps print to the millisecond, and a healthy session at confidence
+    0.000 has no dominant signal ("-"), in the listing and in its detail."""
+    import re
+
+    from detector.service.process import running_service
+
+    healthy = f"ok-{uuid.uuid4().hex[:6]}"
+    with running_service(fast_config, tmp_path) as (service, eps):
+        run_agents(eps.otlp, eps.api, {healthy: healthy_step}, 6)
+        service.job.checkpoint()
+        monkeypatch.delenv("LOOP_DETECTOR_ADMIN_TOKEN", raising=False)
+        assert main(["sessions", "--endpoint", eps.api, "--data-dir", str(tmp_path)]) == 0
+        listing = capsys.readouterr().out
+        assert main(["session", healthy, "--endpoint", eps.api, "--data-dir", str(tmp_path)]) == 0
+        detail = capsys.readouterr().out
+
+    stamp = re.compile(r"\d{2}:\d{2}:\d{2}(\.\d+)?")
+    stamps = stamp.findall(listing + detail)
+    assert len(stamps) >= 3
+    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d{4,}", listing + detail), listing + detail
+    row = next(line for line in listing.splitlines() if line.startswith(healthy)).split()
+    assert row[3:6] == ["0.000", "none", "-"], row
+    assert "confidence 0.000" in detail and re.search(r"dominant -\n", detail), detail
