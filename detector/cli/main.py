@@ -237,8 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_cmd_apply_schema)
 
     demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")
-    demo.add_argument("--endpoint", help="API of a running service (default: start one in-process)")
-    demo.add_argument("--otlp-endpoint", help="OTLP/HTTP endpoint of that service (default: same host, :4318)")
+    demo.add_argument("--endpoint", metavar="URL", help=(
+        "API of a running service, e.g. http://127.0.0.1:18080 (default: the one on 127.0.0.1:8080 when it answers, "
+        "else one started in-process)"))
+    demo.add_argument("--otlp-endpoint", metavar="URL", help=(
+        "where to send the agents' spans (OTLP/HTTP; default: where that service says it receives them, at its "
+        "/healthz, on the --endpoint host)"))
     demo.add_argument("--calls", type=int, default=14,
                       help="model calls per agent (default %(default)s): enough for the stuck one to escalate")
     demo.add_argument("--no-color", action="store_true", help="no colours (the default off a terminal)")
