@@ -1,4 +1,4 @@
-"""The ``loop-detector`` command line: serve, demo, check-config, apply-schema, and the operator commands."""
+"""The ``loop-detector`` command line: serve, demo, check-config, apply-schema, grafana, and the operator commands."""
 
 from __future__ import annotations
 
@@ -258,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_admin_args(session)
     session.add_argument("session_id")
     session.set_defaults(func=_cmd_session)
+
+    from detector.cli.grafana_command import add_parser as add_grafana
+
+    add_grafana(sub)
 
     ev = sub.add_parser("eval", help="replay a labeled corpus of agent runs through the real pipeline: recall, "
                         "false positives and detection delay, beside published baselines")
