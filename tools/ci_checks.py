@@ -7,7 +7,8 @@
 and runs it from the checkout with only ``serve``'s ports and data directory added (free ports, a temporary
 directory: nothing else on this machine is disturbed). ``wheel`` builds the wheel, installs it with its
 dependencies into a new virtualenv in a temporary directory, and runs ``loop-detector serve`` there, from a
-directory that holds nothing of the checkout: the package must find its DDL inside itself.
+directory that holds nothing of the checkout: the package must find its DDL inside itself; its Grafana dashboards
+too (in the wheel, and written by ``loop-detector grafana --out``).
 
 Standard library only: it runs with the ``python3`` that runs CI, before the project's virtualenv exists.
 """
@@ -120,6 +121,9 @@ def check_first_command() -> None:
         raise SystemExit("serve did not stop cleanly on SIGTERM:\n" + "".join(serving.lines[-20:]))
 
 
+GRAFANA_PROVISIONING = ("datasources/clickhouse.yaml", "dashboards/dashboards.yaml", "alerting/alerts.yaml")
+
+
 def check_wheel() -> None:
     with tempfile.TemporaryDirectory(prefix="loop-detector-wheel-") as tmp:
         base = Path(tmp)
@@ -136,16 +140,26 @@ def check_wheel() -> None:
         sql = [n for n in names if n.startswith("detector/storage/clickhouse/") and n.endswith(".sql")]
         if not sql or any("recordings/" in n for n in names):
             raise SystemExit(f"{wheel.name}: {len(sql)} DDL files, recordings inside: {[n for n in names if 'recordings/' in n][:3]}")
+        boards = [n for n in names if n.startswith("detector/grafana/dashboards/") and n.endswith(".json")]
+        if len(boards) != len(list((ROOT / "grafana" / "dashboards").glob("*.json"))):
+            raise SystemExit(f"{wheel.name}: {len(boards)} Grafana dashboards inside, grafana/dashboards/ has more")
         timings["install"] = run([*pip, "install", str(wheel)])
         where = subprocess.run([str(venv / "bin" / "python"), "-c", "import detector; print(detector.__file__)"],
                                cwd=away, env=env, capture_output=True, text=True, check=True).stdout.strip()
         if Path(where).is_relative_to(ROOT):
             raise SystemExit(f"the installed package is imported from the checkout: {where}")
+        grafana = subprocess.run([str(venv / "bin" / "loop-detector"), "grafana", "--out", str(away / "grafana")],
+                                 cwd=away, env=env, capture_output=True, text=True)
+        provisioning = [away / "grafana" / "provisioning" / f for f in GRAFANA_PROVISIONING]
+        if (grafana.returncode or len(list((away / "grafana" / "dashboards").glob("*.json"))) != len(boards)
+                or not all(path.is_file() for path in provisioning)):
+            raise SystemExit(f"loop-detector grafana --out, from the wheel, did not write every dashboard and "
+                             f"{', '.join(GRAFANA_PROVISIONING)}: {grafana.stderr[-2000:]}")
         serve = shlex.join([str(venv / "bin" / "loop-detector"), "serve", *FREE_PORTS, "--data-dir", str(base / "data")])
         serving = Serving(serve, cwd=away, env=env)
         timings["serve until /healthz"] = serving.wait_healthy()
         code = serving.stop()
-        print(f"wheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(names)} files ({len(sql)} DDL); "
+        print(f"wheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(names)} files ({len(sql)} DDL, {len(boards)} Grafana dashboards); "
               + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items()) + f"; serve exited {code}")
         if code != 0:
             raise SystemExit("serve did not stop cleanly on SIGTERM:\n" + "".join(serving.lines[-20:]))

@@ -236,6 +236,10 @@ class Health(BaseModel):
     watermark_us: int
     cycles: int
     last_cycle_seconds: float
+    otlp_http: str = Field("", description=(
+        "where this service receives OTLP/HTTP, as its startup line says it: the base URL (spans to "
+        "<otlp_http>/v1/traces); its port is the one to use with the host this API was reached on"))
+    otlp_grpc: str = Field("", description="host:port of the OTLP/gRPC receiver ('' when it is off)")
 
 
 def decision_payload(d: Decision, session_id: str) -> dict[str, Any]:
@@ -336,9 +340,10 @@ def create_api(service: ServicePort) -> FastAPI:
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> Health:
-        job = service.job
+        job, endpoints = service.job, service.endpoints
         return Health(status="ok", version=__version__, watermark_us=job.watermark_us, cycles=job.cycles,
-                      last_cycle_seconds=job.last_cycle_seconds)
+                      last_cycle_seconds=job.last_cycle_seconds, otlp_http=endpoints.otlp if endpoints else "",
+                      otlp_grpc=endpoints.otlp_grpc if endpoints else "")
 
     reader = [Depends(require_reader)]
     unauthorized: dict[int | str, dict[str, Any]] = {

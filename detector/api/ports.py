@@ -13,7 +13,7 @@ from detector.enforcement.policy import PolicyOverrides
 from detector.settings.config import AppConfig
 from detector.storage.transport import Store
 
-__all__ = ["DetectionStatus", "ServicePort", "WebhookOutboxView"]
+__all__ = ["DetectionStatus", "ListenEndpoints", "ServicePort", "WebhookOutboxView"]
 
 
 class DetectionStatus(Protocol):
@@ -42,6 +42,16 @@ class WebhookOutboxView(Protocol):
     def retry_dead_letters(self, event_id: str | None = None) -> int: ...
 
 
+class ListenEndpoints(Protocol):
+    """Where the service listens, as its startup line says it (``/healthz`` tells clients where to send spans)."""
+
+    @property
+    def otlp(self) -> str: ...  # the OTLP/HTTP receiver's base URL (spans to <otlp>/v1/traces)
+
+    @property
+    def otlp_grpc(self) -> str: ...  # host:port of the OTLP/gRPC receiver ('' when it is off)
+
+
 class ServicePort(Protocol):
     """The service as the API's routes use it."""
 
@@ -65,6 +75,9 @@ class ServicePort(Protocol):
 
     @property
     def started_at(self) -> float: ...
+
+    @property
+    def endpoints(self) -> ListenEndpoints | None: ...  # None until the listeners are bound
 
     @property
     def store(self) -> Store: ...  # the session views read it (SELECT only)

@@ -7,19 +7,27 @@ and prints it, so the looping agent is seen escalating while the healthy one sta
 
 from __future__ import annotations
 
+import logging
 import sys
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import httpx
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Tracer
 
-from detector.evaluation.simulate import SimulatedStep, ToolCall, emit_step, otlp_tracer, start_run, wait_for_detector
+from detector.evaluation.simulate import SimulatedStep, ToolCall, emit_step, start_run, wait_for_detector
 from detector.settings.vocabulary import ACTION_ALLOW, ACTION_BLOCK, ACTION_INJECT, ACTION_THROTTLE, ACTION_WARN
 
-__all__ = ["COLORS", "DEFAULT_API", "DEFAULT_OTLP", "HEALTHY_TOOLS", "LEGEND", "healthy_step", "looping_step",
-           "run_demo"]
+__all__ = ["ARRIVAL_TIMEOUT", "COLORS", "DEFAULT_API", "DemoFailed", "HEALTHY_TOOLS", "LEGEND", "healthy_step",
+           "looping_step", "otlp_of", "run_demo"]
 
 COLORS = {ACTION_ALLOW: "32", ACTION_WARN: "33", ACTION_THROTTLE: "35", ACTION_INJECT: "36", ACTION_BLOCK: "1;31"}
 
@@ -48,8 +56,9 @@ def healthy_step(i: int) -> SimulatedStep:
                          output_tokens=80 + (i * 37) % 90)
 
 
-DEFAULT_API = "http://127.0.0.1:8080"
-DEFAULT_OTLP = "http://127.0.0.1:4318"
+DEFAULT_API = "http://127.0.0.1:8080"  # serve's default --api-port: the one service the demo looks for unasked
+ARRIVAL_TIMEOUT = 15.0  # seconds for the first spans to be scored before the demo says they went elsewhere
+_EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http"
 
 LEGEND = """\
   action      what the agent is told before its next call: the strongest answer of every detector
@@ -63,12 +72,82 @@ LEGEND = """\
 """
 
 
-def _running(api: str) -> bool:
-    """Whether a loop-detector answers on ``api`` (the demo then uses it instead of starting one)."""
+def _health(api: str) -> dict[str, Any] | None:
+    """What a loop-detector answering on ``api`` says of itself at ``/healthz`` (None: no loop-detector there)."""
     try:
-        return httpx.get(f"{api}/healthz", timeout=0.5).json().get("status") == "ok"
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return False
+        health = httpx.get(f"{api}/healthz", timeout=0.5).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return health if isinstance(health, dict) and health.get("status") == "ok" else None
+
+
+def otlp_of(api: str, health: dict[str, Any]) -> str | None:
+    """Where the service answering on ``api`` receives OTLP/HTTP: the port (and scheme) it reports at ``/healthz``
+    on the host the API was reached on (every listener binds the same ``--host``); None when it does not say."""
+    reported = health.get("otlp_http") or ""
+    if not reported:
+        return None
+    otlp = httpx.URL(reported)
+    return str(httpx.URL(api).copy_with(scheme=otlp.scheme, port=otlp.port, path="/")).rstrip("/")
+
+
+class DemoFailed(Exception):
+    """The demo cannot show anything: one line saying why, and what to do."""
+
+
+class _CountingExporter(SpanExporter):
+    """The OTLP/HTTP exporter, counting the spans it failed to deliver (the demo then stops and says so)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.inner = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=5)
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result is not SpanExportResult.SUCCESS:
+            self.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+@contextmanager
+def _tracer(endpoint: str) -> Iterator[tuple[Tracer, TracerProvider, _CountingExporter]]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "loop-detector-demo"}))
+    exporter = _CountingExporter(endpoint)
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=100))
+    # the exporter's own retry warnings would bury the one line the demo prints when spans do not arrive
+    quiet = logging.getLogger(_EXPORTER_LOGGER)
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        yield provider.get_tracer("loop-detector.demo"), provider, exporter
+    finally:
+        provider.shutdown()
+        quiet.setLevel(level)
+
+
+def _wait_for_arrival(client: httpx.Client, api: str, otlp: str, trace_id: str, session: str) -> None:
+    """Wait until the detector behind ``api`` knows the demo's first trace (a trace id alone is answered with the
+    session the detector saw it in), or fail: the spans went somewhere it does not read."""
+    timeout = ARRIVAL_TIMEOUT
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = client.get(f"{api}/v1/decision", params={"trace_id": trace_id})
+        if answer.status_code != 200:
+            raise DemoFailed(f"the loop-detector at {api} answered /v1/decision with HTTP {answer.status_code}: "
+                             "the demo reads decisions without a token (an API on loopback)")
+        if answer.json().get("session_id") == session:
+            return
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"the spans sent to {otlp}/v1/traces were accepted but did not reach the loop-detector "
+                             f"at {api} within {timeout:.0f} s: pass --otlp-endpoint with the OTLP/HTTP address it "
+                             "receives on (its startup line says it)")
+        time.sleep(0.1)
 
 
 def _decided_by(decision: dict) -> str:
@@ -84,28 +163,52 @@ def _paint(text: str, action: str, color: bool) -> str:
 
 def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, calls: int = 14, color: bool = True,
              out=None) -> int:  # noqa: ANN001 - a text stream
-    out = out or sys.stdout
+    """Run the demo; 0 when it ran, 1 (with one line on stderr) when it could not show anything."""
+    try:
+        return _run(endpoint, otlp_endpoint, calls, color, out or sys.stdout)
+    except DemoFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+
+
+def _service(endpoint: str | None, otlp_endpoint: str | None, stack: ExitStack, out: Any) -> tuple[str, str]:
+    """The API and the OTLP/HTTP endpoint the demo uses: the service at ``endpoint``, else one on the default
+    port, else one started in-process."""
+    if endpoint is None:
+        health = _health(DEFAULT_API)
+        if health is not None:
+            endpoint = DEFAULT_API
+            print(f"using the loop-detector already running at {endpoint} (--endpoint URL: another one)", file=out)
+    else:
+        endpoint = endpoint.rstrip("/")
+        health = _health(endpoint)
+        if health is None:
+            raise DemoFailed(f"no loop-detector answers at {endpoint}/healthz: start one (loop-detector serve), or "
+                             "leave out --endpoint and the demo runs its own")
+    if endpoint is None or health is None:
+        from detector.service.process import running_service
+        from detector.settings.config import AppConfig
+
+        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="loop-detector-demo-"))
+        _, eps = stack.enter_context(running_service(AppConfig(), data_dir))
+        print(f"no loop-detector at {DEFAULT_API} (the default; --endpoint URL to use another): started one "
+              f"in-process (API {eps.api}, OTLP {eps.otlp})", file=out)
+        return eps.api, otlp_endpoint or eps.otlp
+    if otlp_endpoint is None:
+        otlp_endpoint = otlp_of(endpoint, health)
+        if otlp_endpoint is None:
+            raise DemoFailed(f"the loop-detector at {endpoint} (version {health.get('version', '?')}) does not say "
+                             "where it receives OTLP: pass --otlp-endpoint with its OTLP/HTTP address")
+    print(f"sending the agents' spans to {otlp_endpoint}/v1/traces", file=out)
+    return endpoint, otlp_endpoint.rstrip("/")
+
+
+def _run(endpoint: str | None, otlp_endpoint: str | None, calls: int, color: bool, out: Any) -> int:
     color = color and getattr(out, "isatty", lambda: False)()
     with ExitStack() as stack:
-        if endpoint is None and _running(DEFAULT_API):
-            endpoint, otlp_endpoint = DEFAULT_API, otlp_endpoint or DEFAULT_OTLP
-            print(f"using the loop-detector already running at {endpoint}", file=out)
-        if endpoint is None:
-            from detector.service.process import running_service
-            from detector.settings.config import AppConfig
-
-            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="loop-detector-demo-"))
-            _, eps = stack.enter_context(running_service(AppConfig(), data_dir))
-            endpoint, otlp_endpoint = eps.api, eps.otlp
-            print(f"started loop-detector in-process (API {endpoint}, OTLP {otlp_endpoint})", file=out)
-        elif not _running(endpoint):
-            print(f"no loop-detector answers at {endpoint}/healthz: start one (loop-detector serve), or leave out "
-                  "--endpoint and the demo runs its own", file=sys.stderr)
-            return 1
-        if otlp_endpoint is None:
-            otlp_endpoint = httpx.URL(endpoint).copy_with(port=4318).__str__().rstrip("/")
+        endpoint, otlp_endpoint = _service(endpoint, otlp_endpoint, stack, out)
         client = stack.enter_context(httpx.Client(timeout=5.0))
-        tracer, provider = stack.enter_context(otlp_tracer(otlp_endpoint, service_name="loop-detector-demo"))
+        tracer, provider, exporter = stack.enter_context(_tracer(otlp_endpoint))
 
         run_id = uuid.uuid4().hex[:8]
         agents = {
@@ -117,12 +220,11 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
         for name, (session, _) in agents.items():
             span, ctx = start_run(tracer, agent_name=name, session_id=session, start_ns=t0)
             state[name] = {"t": t0, "history": [], "ctx": ctx, "span": span}
+        first_session, _ = agents["stuck-agent"]
+        first_trace = format(state["stuck-agent"]["span"].get_span_context().trace_id, "032x")
 
-        print(LEGEND, file=out)
         header = (f"{'call':>4}  {'agent':<14} {'action':<9} {'level':<10} {'confidence':>10}  {'by':<20} "
                   "dominant signal")
-        print(header, file=out)
-        print("-" * len(header), file=out)
         for i in range(calls):
             for name, (session, make_step) in agents.items():
                 st = state[name]
@@ -131,7 +233,19 @@ def run_demo(endpoint: str | None = None, otlp_endpoint: str | None = None, call
                 st["t"] = emit_step(tracer, make_step(i), session_id=session, start_ns=st["t"],
                                     history=st["history"], parent=st["ctx"])
             provider.force_flush()
-            wait_for_detector(endpoint, time.time_ns() // 1000, client=client)
+            if exporter.failed:
+                raise DemoFailed(f"nothing took the spans sent to {otlp_endpoint}/v1/traces (unreachable, or "
+                                 "refused): pass --otlp-endpoint with the OTLP/HTTP address the loop-detector at "
+                                 f"{endpoint} receives on (its startup line says it)")
+            try:
+                wait_for_detector(endpoint, time.time_ns() // 1000, client=client)
+            except TimeoutError as exc:
+                raise DemoFailed(f"the loop-detector at {endpoint}: {exc}") from None
+            if i == 0:
+                _wait_for_arrival(client, endpoint, otlp_endpoint, first_trace, first_session)
+                print(LEGEND, file=out)
+                print(header, file=out)
+                print("-" * len(header), file=out)
             for name, (session, _) in agents.items():
                 d = client.get(f"{endpoint}/v1/decision", params={"session_id": session}).json()
                 acting = d["action"] != ACTION_ALLOW

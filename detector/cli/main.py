@@ -1,4 +1,4 @@
-"""The ``loop-detector`` command line: serve, demo, check-config, apply-schema, and the operator commands."""
+"""The ``loop-detector`` command line: serve, demo, check-config, apply-schema, grafana, and the operator commands."""
 
 from __future__ import annotations
 
@@ -234,8 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_cmd_apply_schema)
 
     demo = sub.add_parser("demo", help="two simulated agents, one looping, one healthy, and their decisions")
-    demo.add_argument("--endpoint", help="API of a running service (default: start one in-process)")
-    demo.add_argument("--otlp-endpoint", help="OTLP/HTTP endpoint of that service (default: same host, :4318)")
+    demo.add_argument("--endpoint", metavar="URL", help=(
+        "API of a running service, e.g. http://127.0.0.1:18080 (default: the one on 127.0.0.1:8080 when it answers, "
+        "else one started in-process)"))
+    demo.add_argument("--otlp-endpoint", metavar="URL", help=(
+        "where to send the agents' spans (OTLP/HTTP; default: where that service says it receives them, at its "
+        "/healthz, on the --endpoint host)"))
     demo.add_argument("--calls", type=int, default=14,
                       help="model calls per agent (default %(default)s): enough for the stuck one to escalate")
     demo.add_argument("--no-color", action="store_true", help="no colours (the default off a terminal)")
@@ -253,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_admin_args(session)
     session.add_argument("session_id")
     session.set_defaults(func=_cmd_session)
+
+    from detector.cli.grafana_command import add_parser as add_grafana
+
+    add_grafana(sub)
 
     ev = sub.add_parser("eval", help="replay a labeled corpus of agent runs through the real pipeline: recall, "
                         "false positives and detection delay, beside published baselines")

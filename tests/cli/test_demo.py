@@ -21,6 +21,8 @@ def test_demo_shows_the_stuck_agent_escalating_and_the_healthy_one_allowed():
     assert all(r[2] == "allow" for r in healthy)
     assert "final: stuck-agent -> " in text and "healthy-agent -> allow" in text
     assert "\x1b[" not in text  # colour only on a terminal
+    # only :8080 is looked for unasked: the first line says how to point the demo at a service elsewhere
+    assert "--endpoint URL" in text.splitlines()[0]
 
     # a warn beside level none (the early warning) is explained on the page the demo prints
     legend = text.split("call  agent", 1)[0]

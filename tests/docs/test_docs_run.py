@@ -121,9 +121,7 @@ class Page:
         command = command.replace(".venv/bin/", f"{BIN}/")
         if re.search(r"loop-detector (demo|sessions|session)\b", command) and "--endpoint" not in command:
             self.page_serve()
-            command += " --endpoint " + API
-            if " demo" in command:
-                command += " --otlp-endpoint " + OTLP
+            command += " --endpoint " + API  # (demo asks that service where it receives OTLP: no --otlp-endpoint)
         if "SESSION_ID" in command:
             command = command.replace("SESSION_ID", self.session_id())
         return self.localize(command)
