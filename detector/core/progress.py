@@ -14,8 +14,8 @@ of substance. A **loop** is a run of :data:`RUN_TO_WARN` wasted steps. Anything 
 
 Every comparison gives an **evidence level**: ``EXACT``, ``FUZZY`` (near-exactly), ``SIZES`` (content capture off:
 the same call again, right after itself, bringing back the same substantive amount, asked for at the same length, to
-the token; equal sizes across other steps are no evidence), ``STRUCTURE`` (only the
-same shape: never counted as wasted) or ``NONE``. Timing is not evidence: nothing here reads a clock, except to see
+the token; equal sizes across other steps are no evidence), ``STRUCTURE`` (only the same shape: never counted as
+wasted) or ``NONE``. Timing is not evidence: nothing here reads a clock, except to see
 that the waits grow (backoff).
 """
 
@@ -28,10 +28,9 @@ from detector.settings.vocabulary import EVIDENCE
 
 __all__ = [
     "BACKOFF_MIN_WAIT_NS", "BACKOFF_RATIO", "EVIDENCE_NAMES", "EXACT", "FUZZY", "MEMORY", "NEAR_BITS", "NONE",
-    "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "SIZES_SUBSTANCE_TOKENS", "STRUCTURE",
-    "SUBSTANCE_CHARS",
-    "backing_off", "backoff", "match", "reworded_nothing", "same_call_near_result", "same_call_same_result",
-    "same_failure", "same_reply", "same_sizes", "shifted_call_same_content",
+    "NUDGE_CHARS", "ProgressMemory", "REPLY_BITS", "RULES", "RUN_TO_WARN", "SIZES", "SIZES_SUBSTANCE_TOKENS",
+    "STRUCTURE", "SUBSTANCE_CHARS", "backing_off", "backoff", "match", "reworded_nothing", "same_call_near_result",
+    "same_call_same_result", "same_failure", "same_reply", "same_sizes", "shifted_call_same_content",
 ]
 
 # Evidence levels, weakest first (their names are the vocabulary's EVIDENCE_* words, in this order).
