@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import random
 import re
@@ -44,10 +45,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 import httpx  # noqa: E402
 from doc_sections import write_section  # noqa: E402
+from probes.common import FAST, config_file, header, row  # noqa: E402
 from support.otlp_load import HALF_STORED, Senders, audit_store  # noqa: E402
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
@@ -56,25 +58,8 @@ from detector.ingest.journal import read_journal  # noqa: E402
 from detector.storage.transport import ChdbStore  # noqa: E402
 
 SECTION = "## Reliability probes (bench/reliability.py)"
-FAST = "detector:\n  interval_seconds: 0.5\n"
 SPANS_IN = "SELECT count() AS n FROM otel.otel_traces WHERE (TraceId, SpanId) IN {k:Array(Tuple(String, String))}"
 STAGED_IN = "SELECT count() AS n FROM otel.genai_spans WHERE (trace_id, span_id) IN {k:Array(Tuple(String, String))}"
-
-
-def row(figure: str, value: float | str, unit: str = "", ratio: str = "") -> str:
-    shown = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
-    return f"| {figure} | {shown} | {unit} | {ratio} |"
-
-
-def header(title: str) -> list[str]:
-    return [f"### {title} (load average {os.getloadavg()[0]:.1f} before, 2 CPUs)", "",
-            "| figure | value | unit | ratio vs baseline |", "|---|---|---|---|"]
-
-
-def config_file(directory: Path, text: str = FAST) -> Path:
-    path = directory / "config.yaml"
-    path.write_text(text)
-    return path
 
 
 def wait_past(api: str, when: float, timeout: float = 300) -> None:
@@ -425,11 +410,14 @@ def probe_fuzz(scale: int = 20) -> list[str]:
 
 PROBES = {"kill9": probe_kill9, "sigterm": probe_sigterm, "poison": probe_poison, "cardinality": probe_cardinality,
           "slow": probe_slow, "fuzz": probe_fuzz}
+# Probes in their own modules under bench/probes/ (each ``run(args) -> list[str]``): name -> module.
+MODULE_PROBES: dict[str, str] = {
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--probes", default=",".join(PROBES))
+    parser.add_argument("--probes", default=",".join([*PROBES, *MODULE_PROBES]))
     parser.add_argument("--runs", type=int, default=6, help="kill -9 runs (SIGTERM: half as many)")
     parser.add_argument("--update-docs", action="store_true", help="write the tables into docs/reliability.md")
     args = parser.parse_args()
@@ -439,6 +427,8 @@ def main() -> None:
             lines = probe_kill9(args.runs)
         elif name == "sigterm":
             lines = probe_sigterm(max(1, args.runs // 2))
+        elif name in MODULE_PROBES:
+            lines = importlib.import_module(MODULE_PROBES[name]).run(args)
         else:
             lines = PROBES[name]()
         tables.append("\n".join(lines))
