@@ -71,6 +71,13 @@ class IngestSettings(StrictModel):
     bearer_tokens: list[str] = Field(default_factory=list, max_length=100)
     bearer_token_file: str | None = Field(None, min_length=1, description="one token per line")
     tls: TlsSettings | None = None
+    # Free space the data directory keeps: below it, OTLP requests are refused at once with a retryable status (503 +
+    # Retry-After, gRPC UNAVAILABLE + RetryInfo) instead of filling the disk. 256 MiB: one group at most (128 MiB,
+    # ingest/group_commit.py) journaled uncompressed, and as much again for its parts, the detection cycles' scores
+    # and checkpoints, and merges, so that what was acknowledged can still be scored. 0: no guard.
+    min_free_bytes: int = Field(256 * 1024 * 1024, ge=0, description=(
+        "below this much free space in the data directory, OTLP requests are refused (retryable) until space is "
+        "freed; 0 disables the guard"))
 
     @field_validator("bearer_tokens")
     @classmethod

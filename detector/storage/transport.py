@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -48,6 +49,21 @@ SESSION_SETTINGS = {
 
 class StoreError(RuntimeError):
     """A statement failed in the store (syntax, type or engine error)."""
+
+
+# chDB: a lightweight DELETE is a mutation, and by default the statement waits for it to be applied. With the disk
+# full the mutation is never even scheduled (its part cannot reserve space), so the statement waited forever while it
+# held the store: every insert and cycle behind it hung. DELETEs are issued asynchronously and then waited for here,
+# at most this long (less than an exporter's 10 s timeout); past it the statement fails as the store's failure
+# (ClickHouse code 341, UNFINISHED: retryable) and the mutation is applied once space comes back.
+MUTATION_WAIT_SECONDS = 5.0
+_MUTATION_POLL_SECONDS = 0.005
+_DELETE = re.compile(r"^\s*DELETE\s+FROM\s+`?(\w+)`?\.`?(\w+)`?\s", re.IGNORECASE)
+_ASYNC_DELETES = "lightweight_deletes_sync"
+SELECT_UNFINISHED_MUTATIONS = """
+SELECT count() AS n, max(latest_fail_reason) AS reason FROM system.mutations
+WHERE database = {db:String} AND table = {table:String} AND NOT is_done
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +201,8 @@ class ChdbStore:
             raise StoreError(f"cannot open chDB data directory {self.path}: {exc}") from exc
         for name, value in SESSION_SETTINGS.items():
             self._session.query(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {value}")
+        self._session.query(f"SET {_ASYNC_DELETES} = 0")  # waited for by _wait_mutations, with a deadline
+        self.mutation_wait_seconds = MUTATION_WAIT_SECONDS
 
     def _query(self, sql: str, fmt: str, params: Mapping[str, Any] | None) -> bytes:
         with self._lock:
@@ -197,7 +215,26 @@ class ChdbStore:
         return result.bytes()
 
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        self._query(sql, "CSV", params)
+        deleting = _DELETE.match(sql)
+        with self._lock:
+            self._query(sql, "CSV", params)
+            if deleting:  # applied before the store is let go, as a synchronous DELETE was (but not forever)
+                self._wait_mutations(deleting.group(1), deleting.group(2))
+
+    def _wait_mutations(self, database: str, table: str) -> None:
+        deadline = time.monotonic() + self.mutation_wait_seconds
+        while True:
+            row = self.rows(SELECT_UNFINISHED_MUTATIONS, {"db": database, "table": table})[0]
+            if not int(row["n"]):
+                return
+            if row["reason"]:  # its code only: an engine message may quote values
+                code = re.search(r"Code: (\d+)", str(row["reason"]))
+                raise StoreError(f"Code: {code.group(1) if code else 341}. DELETE on {database}.{table} failed")
+            if time.monotonic() > deadline:
+                raise StoreError(f"Code: 341. DELETE on {database}.{table} not applied within "
+                                 f"{self.mutation_wait_seconds:g} s (UNFINISHED: is the disk full?); it is applied "
+                                 "once the store can")
+            time.sleep(_MUTATION_POLL_SECONDS)
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return _parse_json_lines(self._query(sql, "JSONEachRow", params))
