@@ -231,7 +231,9 @@ class InvalidBody(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(description=(
+        "degraded: the service answers, but something it needs is short (each reason in `reasons`)"))
+    reasons: list[str] = Field(default_factory=list, description="why the service is degraded ([] when ok)")
     version: str
     watermark_us: int
     cycles: int
@@ -341,7 +343,8 @@ def create_api(service: ServicePort) -> FastAPI:
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> Health:
         job, endpoints = service.job, service.endpoints
-        return Health(status="ok", version=__version__, watermark_us=job.watermark_us, cycles=job.cycles,
+        reasons = service.degraded_reasons()
+        return Health(status="degraded" if reasons else "ok", reasons=reasons, version=__version__, watermark_us=job.watermark_us, cycles=job.cycles,
                       last_cycle_seconds=job.last_cycle_seconds, otlp_http=endpoints.otlp if endpoints else "",
                       otlp_grpc=endpoints.otlp_grpc if endpoints else "")
 

@@ -104,6 +104,10 @@ class ServicePort(Protocol):
         """Pending-call windows held for pre-flight checks."""
         ...
 
+    def degraded_reasons(self) -> list[str]:
+        """Why the service is degraded now (``/healthz``), e.g. its data directory short of free space; [] if not."""
+        ...
+
     def estimated_memory_bytes(self) -> int:
         """Scope states, pending-call windows and budget totals held in memory (an estimate)."""
         ...

@@ -32,6 +32,7 @@ from detector.core.decisions import Decision, DecisionBook
 from detector.core.engine import CycleOutput, Engine
 from detector.core.models import Call
 from detector.core.scope_state import ScopeState
+from detector.detection.cycle_write import CycleWrite
 from detector.detection.engine_config import engine_tuning
 from detector.detection.gc_policy import CollectorPolicy
 from detector.settings.config import AppConfig
@@ -40,7 +41,7 @@ from detector.storage.budget_totals import load_totals, save_totals
 from detector.storage.normalization import SELECT_NOW_US, Normalization
 from detector.storage.persisted_scopes import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.storage.tables import decision_table, event_table, score_table, state_table
-from detector.storage.transport import Store, insert_rows
+from detector.storage.transport import Store, StoreError, error_code, insert_rows
 
 __all__ = [
     "CycleStats", "DELETE_CHUNK", "DetectorJob", "OVER_CAPACITY", "UNSAVED_MERGE_AT", "Versioner",
@@ -154,6 +155,7 @@ class DetectorJob:
         index, count = self.shard
         self.normalization = Normalization(store, index, count)  # staged spans to calls, and the calls read
         self.rerun_cutoff_us = 0  # a cycle killed while writing: run again over (watermark, this] after a restart
+        self.unwritten: CycleWrite | None = None  # a scored range whose writes failed: written again first
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -203,6 +205,8 @@ class DetectorJob:
     # -- one cycle ------------------------------------------------------------------------------
     def run_cycle(self) -> CycleStats:
         with self.lock, self.collector.cycle():
+            if self.unwritten is not None:  # the last cycle scored a range and could not write it: that first
+                self._write(self.unwritten)
             if self.processed_us > self.watermark_us:
                 self._cycle(self.processed_us, replay=True)
             if self.rerun_cutoff_us:  # the cycle a crash interrupted, over the same range, with the same tokens
@@ -238,51 +242,71 @@ class DetectorJob:
         self._remember_unsaved(out.dirty)
         token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
         version = self.version()
-        scores = score_table(out.scores) if not replay and len(out.scores) else None
-        events = event_table(out.events) if not replay and out.events else None
-        decisions = decision_table(out.decisions, version) if out.decisions else None
+        announced = self.engine.budgets.drain_events() if not replay else []  # the API's, not replayable
+        out.events.extend(announced)
+        write = CycleWrite(
+            out=out, cutoff=cutoff, token=token, replay=replay, version=version, now_us=now_us,
+            newest_us=max((c.inserted_us for c in calls), default=cutoff), calls_read=len(calls), started=started,
+            phases={"transform": transformed - started, "read": read - transformed, "score": scored - read},
+            scores=score_table(out.scores) if not replay and len(out.scores) else None,
+            events=event_table(out.events[:len(out.events) - len(announced)])
+            if not replay and len(out.events) > len(announced) else None,
+            announced=event_table(announced) if announced else None,
+            decisions=decision_table(out.decisions, version) if out.decisions else None)
+        self.unwritten = write  # until it is written: the next cycle writes it again rather than score anew
+        return self._write(write)
+
+    def _write(self, w: CycleWrite) -> CycleStats:
+        """Write a scored range and move the watermark (raises while the store fails; ``unwritten`` keeps it)."""
+        w.attempts += 1
+        writing = time.perf_counter()
         with self.store.exclusive():
-            if not replay:
+            if not w.replay:
                 insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
-                                                            "value": f"{self.watermark_us}:{cutoff}",
+                                                            "value": f"{self.watermark_us}:{w.cutoff}",
                                                             "version": self.version()}])
-                if scores is not None:
-                    self.store.insert_arrow("otel.loop_scores", scores,
-                                            {"insert_deduplication_token": "scores:" + token})
-                if events is not None:
-                    self.store.insert_arrow("otel.loop_events", events,
-                                            {"insert_deduplication_token": "events:" + token})
-                announced = self.engine.budgets.drain_events()  # exhaustions the API announced: not replayable
-                if announced:
-                    self.store.insert_arrow("otel.loop_events", event_table(announced))
-                    out.events.extend(announced)
-            if decisions is not None:
-                self.store.insert_arrow("otel.loop_decisions", decisions)
-            if out.rebound:
-                self._withdraw_fallback_sessions([trace_id for trace_id, _ in out.rebound], version)
-            self.book.put(out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
-            self.watermark_us = cutoff
-            if not replay:
-                self.processed_us = cutoff
+                if w.scores is not None:
+                    self.store.insert_arrow("otel.loop_scores", w.scores,
+                                            {"insert_deduplication_token": "scores:" + w.token})
+                if w.events is not None:
+                    self.store.insert_arrow("otel.loop_events", w.events,
+                                            {"insert_deduplication_token": "events:" + w.token})
+                if w.announced is not None:
+                    self.store.insert_arrow("otel.loop_events", w.announced,
+                                            {"insert_deduplication_token": "announced:" + w.token})
+            if w.decisions is not None:
+                self.store.insert_arrow("otel.loop_decisions", w.decisions)
+            if w.out.rebound:
+                self._withdraw_fallback_sessions([trace_id for trace_id, _ in w.out.rebound], w.version)
+            self.book.put(w.out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
+            if not w.replay:
                 insert_rows(self.store, "otel.loop_meta",
-                            [{"key": self._meta_key("watermark"), "value": str(cutoff), "version": self.version()}])
+                            [{"key": self._meta_key("watermark"), "value": str(w.cutoff), "version": self.version()}])
+                self.processed_us = w.cutoff
+            self.watermark_us = w.cutoff
+        self.unwritten = None
+        if w.attempts > 1:
+            log.info("detection cycle's writes done after %d attempts; detection resumes", w.attempts,
+                     extra={"watermark_us": w.cutoff})
         written = time.perf_counter()
-        self._maybe_checkpoint(now_us)
-        newest = max((c.inserted_us for c in calls), default=cutoff)
+        try:
+            self._maybe_checkpoint(w.now_us)
+        except StoreError as exc:  # the scores are written: observers still run; the checkpoint is retried
+            log.error("checkpoint failed (%s); retried at the next cycle", type(exc).__name__,
+                      extra={"code": error_code(exc)})
         ended = time.perf_counter()
         stats = CycleStats(
-            calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
-            seconds=ended - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
-            phases={"transform": transformed - started, "read": read - transformed, "score": scored - read,
-                    "write": written - scored, "checkpoint": ended - written},
+            calls_read=w.calls_read, calls_scored=w.out.calls_scored, events=len(w.out.events),
+            seconds=ended - w.started, watermark_us=w.cutoff, lag_seconds=max(0.0, (w.now_us - w.newest_us) / 1e6),
+            phases={**w.phases, "write": written - writing, "checkpoint": ended - written},
         )
-        if replay:
+        if w.replay:
             return stats
         self.last_stats = stats
         self.cycles += 1
         for observer in self.on_cycle:
             try:
-                observer(out, stats)
+                observer(w.out, stats)
             except Exception:  # an observer (metrics, logs, webhooks) must never break detection
                 log.exception("cycle observer failed")
         return stats
@@ -309,6 +333,8 @@ class DetectorJob:
     def checkpoint(self) -> int:
         """Persist the state of every scope changed since the last checkpoint, with its watermark."""
         with self.lock:
+            if self.unwritten is not None:  # the engine's state is ahead of the watermark until that range is written
+                return 0
             if self.watermark_us <= self.checkpoint_us and not self.unsaved:
                 return 0
             version = self.version()

@@ -47,6 +47,7 @@ from detector.ingest.repair import TRACES_TABLE, Repair
 from detector.ingest.requests import CommitOutcome, DecodedRequest
 from detector.ingest.store_errors import StoreDown, safe_error
 from detector.settings.vocabulary import COMMIT_COMMITTED, COMMIT_RETRYABLE
+from detector.storage.disk_space import FreeSpace
 from detector.storage.transport import Store
 
 __all__ = ["COMMIT_LINGER_SECONDS", "Committer", "RecoveryReport"]
@@ -85,8 +86,11 @@ class Committer:
     ``commit`` is called from the event loop; the store is used from one worker thread at a time."""
 
     def __init__(self, store: Store, metrics: IngestMetrics | None = None, journal_dir: str | os.PathLike[str] | None = None,
-                 max_group_bytes: int = MAX_GROUP_BYTES, linger_seconds: float = COMMIT_LINGER_SECONDS) -> None:
+                 max_group_bytes: int = MAX_GROUP_BYTES, linger_seconds: float = COMMIT_LINGER_SECONDS,
+                 free_space: FreeSpace | None = None) -> None:
         self.store = store
+        # the data directory's free space (ingest.min_free_bytes): below it requests are refused before any write
+        self.free_space = free_space
         self.metrics = metrics if metrics is not None else IngestMetrics()
         self.journal = Journal(journal_dir)
         self.remembered = self.journal.committed
@@ -126,6 +130,10 @@ class Committer:
             return known
         if request.accepted == 0:
             return CommitOutcome(COMMIT_COMMITTED, 0, request.rejected, request.error_message)
+        shortage = self.free_space.shortage() if self.free_space is not None else None
+        if shortage is not None:  # refused at once, not queued behind an insert that would fail (or wait)
+            self.metrics.disk_refusals += 1
+            return CommitOutcome(COMMIT_RETRYABLE, retry_reason=f"{shortage}: retry once space is freed")
         inflight = self._inflight.get(request.digest) if request.digest else None
         if inflight is not None:  # the same request, resent while its first copy is being committed
             outcome = await asyncio.shield(inflight)
@@ -201,6 +209,12 @@ class Committer:
         return outcomes
 
     def _commit_group_held(self, requests: list[DecodedRequest]) -> list[CommitOutcome]:
+        # checked afresh before anything is written: a repair (a DELETE, a reinsert) or a journal on a full disk fails
+        shortage = self.free_space.shortage(fresh=True) if self.free_space is not None else None
+        if shortage is not None:
+            self.metrics.disk_refusals += len(requests)
+            reason = f"{shortage}: retry once space is freed"
+            return [self._known_or(r, CommitOutcome(COMMIT_RETRYABLE, retry_reason=reason)) for r in requests]
         if self._pending:
             for pending in list(self._pending):  # paced by the arrival of new requests (senders back off)
                 self._resolve(pending)

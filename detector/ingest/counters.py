@@ -24,3 +24,4 @@ class IngestMetrics:
     store_rejected: int = 0  # spans the store refused, found by isolating them
     duplicates: int = 0  # retried requests acknowledged again without storing anything
     repaired_batches: int = 0  # journaled batches resolved after a failure or at start
+    disk_refusals: int = 0  # requests refused (retryable) because the data directory was short of free space

@@ -54,11 +54,15 @@ def write_journal(path: Path, requests: Sequence[DecodedRequest]) -> Path:
     meta = [{"digest": r.digest.hex(), "rows": r.accepted, "rejected": r.rejected, "message": r.error_message}
             for r in requests]
     schema = requests[0].rows.schema.with_metadata({_METADATA_KEY: orjson.dumps(meta)})
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-        for r in requests:
-            if r.accepted:
-                writer.write_table(r.rows)
-    os.replace(tmp, path)
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for r in requests:
+                if r.accepted:
+                    writer.write_table(r.rows)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the torn file would hold on to the space it took until the next start
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -137,6 +141,7 @@ class CommittedRequests:
         self._lock = threading.Lock()
         self._entries: OrderedDict[bytes, tuple[float, CommitOutcome]] = OrderedDict()
         self._lines = 0
+        self._torn = False  # the last append failed: the file may end in a torn line
         if path is not None and path.exists():
             now = time.time()
             for line in path.read_bytes().splitlines():
@@ -175,11 +180,31 @@ class CommittedRequests:
                 lines.append(_line(digest, outcome, now))
             if self.path is None or not lines:
                 return
-            with self.path.open("ab") as fh:
-                fh.write(b"\n".join(lines) + b"\n")
+            if self._torn:  # an append failed (a full disk): the file is written whole again, torn line gone
+                self._rewrite_or_keep()
+                return
+            try:
+                with self.path.open("ab") as fh:
+                    fh.write(b"\n".join(lines) + b"\n")
+            except OSError as exc:
+                # the requests are stored already: they stay acknowledged, remembered in memory; the file is
+                # rewritten whole at the next add that can (a retry after a restart meanwhile is stored again)
+                log.error("ingest committed.log append failed (%s); rewritten once space allows", type(exc).__name__)
+                self._torn = True
+                return
             self._lines += len(lines)
             if self._lines > 2 * REMEMBERED_REQUESTS:
-                self._rewrite()
+                self._rewrite_or_keep()
+
+    def _rewrite_or_keep(self) -> None:
+        try:
+            self._rewrite()
+            self._torn = False
+        except OSError as exc:
+            log.error("ingest committed.log rewrite failed (%s); retried at the next commit", type(exc).__name__)
+            if self.path is not None:
+                self.path.with_suffix(".tmp").unlink(missing_ok=True)
+            self._torn = True
 
     def _rewrite(self) -> None:
         if self.path is None:

@@ -60,6 +60,7 @@ class CycleLoop:
         """The loop (the thread's target; in tests, called directly with a ``wait`` that stops it)."""
         start = self._clock()
         started = ended = None
+        failing = 0  # cycles failed in a row
         while True:
             while (delay := start - self._clock()) > 0:
                 if self._wait(delay) or self._stopped.is_set():
@@ -72,8 +73,15 @@ class CycleLoop:
             self._nudged.clear()
             try:
                 self.cycle()
-            except Exception:  # keep the schedule alive; the next cycle retries from the same watermark
-                log.exception("detection cycle failed")
+                if failing:
+                    log.info("detection cycles succeed again after %d failures", failing)
+                failing = 0
+            except Exception as exc:  # keep the schedule alive; the next cycle retries from the same watermark
+                failing += 1
+                if failing == 1:  # the first with its traceback; then one line each (a full disk fails every cycle)
+                    log.exception("detection cycle failed")
+                else:
+                    log.error("detection cycle failed again (%d in a row): %s", failing, type(exc).__name__)
             ended = self._clock()
             start = self.next_start(started, ended)
 

@@ -49,6 +49,7 @@ from detector.service.memory import estimate_bytes
 from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
 from detector.settings.vocabulary import SCOPE_SESSION
+from detector.storage.disk_space import FreeSpace
 from detector.storage.retention import apply_retention
 from detector.storage.schema import apply_schema
 from detector.storage.transport import Store, open_store
@@ -192,7 +193,9 @@ class Service:
         self.api_token_required = config.api.require_api_token == "always"
         self.ingest_metrics = IngestMetrics()
         # before the receiver serves: batches a killed process left half stored are completed (or refused) first
-        self.committer = Committer(self.store, self.ingest_metrics, self.data_dir / INGEST_JOURNAL_DIR)
+        self.free_space = FreeSpace(self.data_dir, config.ingest.min_free_bytes)  # ingest refuses below it
+        self.committer = Committer(self.store, self.ingest_metrics, self.data_dir / INGEST_JOURNAL_DIR,
+                                   free_space=self.free_space)
         self.committer.recover()
         self.started_at = time.time()
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
@@ -225,6 +228,10 @@ class Service:
     # -- what the API's routes ask (detector.api.ports.ServicePort) ------------------------------------------
     def pending_windows(self) -> int:
         return len(self.preflight)
+
+    def degraded_reasons(self) -> list[str]:
+        shortage = self.free_space.shortage()
+        return [f"disk: {shortage}; OTLP requests are refused (retryable) until space is freed"] if shortage else []
 
     def estimated_memory_bytes(self) -> int:
         return estimate_bytes([*self.job.memory_groups(), self.preflight.snapshot()])
@@ -305,6 +312,7 @@ class Service:
         if (config.webhooks, config.webhook_delivery) != (self.config.webhooks, self.config.webhook_delivery):
             self._start_webhooks(config)
         self.config = config
+        self.free_space.min_free_bytes = config.ingest.min_free_bytes
         self.job.reconfigure(config)
         if self.cycles is not None:
             self.cycles.interval_seconds = config.detector.interval_seconds

@@ -61,5 +61,4 @@ class FreeSpace:
         if free is None or free >= self.min_free_bytes:
             return None
         # (the path is not named: this message reaches senders)
-        return (f"data directory has {mib(free)} free, below ingest.min_free_bytes "
-                f"({mib(self.min_free_bytes)}): retry once space is freed")
+        return f"data directory has {mib(free)} free, below ingest.min_free_bytes ({mib(self.min_free_bytes)})"

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "CLICKHOUSE_URL_ENV", "ChdbStore", "RawResult", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError",
-    "chdb_holder", "chdb_param",
+    "CLICKHOUSE_URL_ENV", "ChdbStore", "MUTATION_WAIT_SECONDS", "RawResult", "SESSION_SETTINGS", "ServerStore", "Store",
+    "StoreError", "chdb_holder", "chdb_param", "error_code",
     "encode_rows", "insert_rows", "open_store", "redact_url",
 ]
 
@@ -49,6 +49,13 @@ SESSION_SETTINGS = {
 
 class StoreError(RuntimeError):
     """A statement failed in the store (syntax, type or engine error)."""
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The ClickHouse error code a failure's message carries, if any (logged instead of messages that may quote
+    values)."""
+    match = re.search(r"Code: (\d+)", str(exc))
+    return int(match.group(1)) if match else None
 
 
 # chDB: a lightweight DELETE is a mutation, and by default the statement waits for it to be applied. With the disk
