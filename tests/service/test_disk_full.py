@@ -147,7 +147,7 @@ def test_a_delete_on_a_full_disk_fails_in_seconds_instead_of_waiting_forever(tmp
     """chDB's DELETE waited for its mutation, which a full disk never lets run: the repair of a half-stored batch
     held the store forever, and every request behind it hung."""
     done = subprocess.run([sys.executable, "-c", DELETE_ON_A_FULL_DISK, str(tmpfs)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=30)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.split("\n")
     assert lines[0].startswith("refused Code: 341"), done.stdout
