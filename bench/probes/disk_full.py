@@ -121,6 +121,12 @@ def _told(answers: list[Answer]) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())) or "none"
 
 
+def _reasons(refused: list[Answer]) -> str:
+    counts = Counter(a.message.split(":")[0][:60] if "min_free_bytes" not in a.message else "below min_free_bytes"
+                     for a in refused)
+    return "; ".join(f"{k} {v:,}" for k, v in counts.most_common()) or "none"
+
+
 def run(args: argparse.Namespace) -> list[str]:
     runs = max(1, args.runs // 2)
     title = f"disk full under load: {runs} runs, {SENDERS} HTTP + {SENDERS} gRPC senders, {SPANS}-span requests"
@@ -163,6 +169,7 @@ def run(args: argparse.Namespace) -> list[str]:
         row("told after space came back", _told(after)),
         row("refusals while full that said when to retry (Retry-After / RetryInfo)",
             f"{sum(1 for a in refused if a.retry_hint):,} of {len(refused):,}"),
+        row("refusals after space came back, by reason", _reasons([a for a in after if a.status not in ("200", "OK")])),
         row("refusals while full naming ingest.min_free_bytes",
             f"{sum(1 for a in refused if 'min_free_bytes' in a.message):,} of {len(refused):,}"),
         row("client timeouts (15 s) or transport errors", sum(1 for a in full + filling + before + after
