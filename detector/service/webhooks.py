@@ -171,6 +171,9 @@ class WebhookDispatcher:
         self.dead_total = 0
         self._lock = threading.Lock()  # guards _pending and the hooks
         self._pending: dict[tuple[str, str], Delivery] = {(d.endpoint, d.event_id): d for d in self.outbox.pending()}
+        # attempts made whose outcome the outbox could not record (a full disk): recorded at the next round that can;
+        # meanwhile memory says what happened (a delivered event is not posted again every round)
+        self._unrecorded: dict[tuple[str, str], Delivery] = {}
         self._dead_now = self.outbox.counts().get(DEAD, 0)
         cursor = self.outbox.cursor()
         if cursor is None:  # webhooks configured for the first time: announce what happens from now on
@@ -272,12 +275,30 @@ class WebhookDispatcher:
                           key=lambda d: (d.next_us, d.created_us))
 
     def pump(self) -> None:
-        """One round: take in new events, then attempt every delivery that is due."""
+        """One round: record what earlier rounds could not, take in new events, then attempt every delivery that is
+        due."""
+        with self._lock:
+            unrecorded = list(self._unrecorded.values())
+        if unrecorded and self._record(unrecorded):
+            with self._lock:
+                for d in unrecorded:
+                    if self._unrecorded.get((d.endpoint, d.event_id)) is d:
+                        del self._unrecorded[(d.endpoint, d.event_id)]
         self._take_in()
         for delivery in self._due(_now_us()):
             if self._stop.is_set():
                 return
             self._attempt(delivery)
+
+    def _record(self, deliveries: list[Delivery]) -> bool:
+        """Write the deliveries' rows; False when the store refuses (kept in memory by the caller)."""
+        try:
+            self.outbox.write(deliveries)
+        except Exception as exc:
+            log.error("webhook outbox write failed (%s); %d outcome(s) recorded once the store can",
+                      type(exc).__name__, len(deliveries))
+            return False
+        return True
 
     def _take_in(self) -> None:
         upto = _now_us() - self.lag_us
@@ -354,7 +375,9 @@ class WebhookDispatcher:
             log.warning("webhook delivery failed", extra={"url": hook.url, "event_id": delivery.event_id,
                                                           "attempt": delivery.attempts, "reason": outcome.error,
                                                           "dead": delivery.status == DEAD})
-        self.outbox.write([delivery])
+        if not self._record([delivery]):
+            with self._lock:
+                self._unrecorded[(delivery.endpoint, delivery.event_id)] = delivery
         if delivery.status != PENDING:
             with self._lock:
                 self._pending.pop((delivery.endpoint, delivery.event_id), None)
