@@ -65,7 +65,7 @@ def error_code(exc: BaseException) -> int | None:
 # (ClickHouse code 341, UNFINISHED: retryable) and the mutation is applied once space comes back.
 MUTATION_WAIT_SECONDS = 5.0
 _MUTATION_POLL_SECONDS = 0.005
-_DELETE = re.compile(r"^\s*DELETE\s+FROM\s+`?(\w+)`?\.`?(\w+)`?\s", re.IGNORECASE)
+_DELETE = re.compile(r"^\s*DELETE\s+FROM\s+(?:`?(\w+)`?\.)?`?(\w+)`?\s", re.IGNORECASE)
 _ASYNC_DELETES = "lightweight_deletes_sync"
 SELECT_UNFINISHED_MUTATIONS = """
 SELECT count() AS n, max(latest_fail_reason) AS reason FROM system.mutations
@@ -226,7 +226,7 @@ class ChdbStore:
         with self._lock:
             self._query(sql, "CSV", params)
             if deleting:  # applied before the store is let go, as a synchronous DELETE was (but not forever)
-                self._wait_mutations(deleting.group(1), deleting.group(2))
+                self._wait_mutations(deleting.group(1) or "default", deleting.group(2))
 
     def _wait_mutations(self, database: str, table: str) -> None:
         deadline = time.monotonic() + self.mutation_wait_seconds
