@@ -153,3 +153,27 @@ def test_a_delete_on_a_full_disk_fails_in_seconds_instead_of_waiting_forever(tmp
     assert lines[0].startswith("refused Code: 341"), done.stdout
     assert float(lines[0].split()[-1]) < ANSWERED_WITHIN
     assert lines[1] == "rows 9990"
+
+
+def test_the_journal_on_a_full_disk_leaves_nothing_torn_and_forgets_nothing(tmpfs):
+    """A journal file that cannot be written is removed (a torn one held its space until the next start), and a
+    ``committed.log`` append that fails neither fails the commit (its rows are stored) nor loses the entry."""
+    from support.otlp_senders import chat_spans, encode, new_conversation
+
+    from detector.ingest.journal import Journal
+    from detector.ingest.receiver import PROTOBUF, decode_request
+    from detector.ingest.requests import CommitOutcome
+    from detector.settings.service_settings import IngestSettings
+
+    journal = Journal(tmpfs / "ingest-journal")
+    request = decode_request(encode(chat_spans(200, new_conversation())), "identity", PROTOBUF, IngestSettings())
+    filler = Filler(tmpfs / "filler").fill(chunk_pause=0)
+    with pytest.raises(OSError):
+        journal.write([request])
+    assert not list((tmpfs / "ingest-journal").glob("*.tmp"))
+    journal.committed.add([(b"first", CommitOutcome("committed", 1, 0, ""))])  # ENOSPC: kept in memory
+    assert journal.committed.get(b"first") is not None
+    filler.free()
+    journal.committed.add([(b"second", CommitOutcome("committed", 2, 0, ""))])  # the file is written whole again
+    reread = Journal(tmpfs / "ingest-journal").committed
+    assert reread.get(b"first") is not None and reread.get(b"second") is not None
