@@ -345,8 +345,8 @@ def create_api(service: ServicePort) -> FastAPI:
         job, endpoints = service.job, service.endpoints
         reasons = service.degraded_reasons()
         return Health(status="degraded" if reasons else "ok", reasons=reasons, version=__version__,
-                      watermark_us=job.watermark_us, cycles=job.cycles, last_cycle_seconds=job.last_cycle_seconds, otlp_http=endpoints.otlp if endpoints else "",
-                      otlp_grpc=endpoints.otlp_grpc if endpoints else "")
+                      watermark_us=job.watermark_us, cycles=job.cycles, last_cycle_seconds=job.last_cycle_seconds,
+                      otlp_http=endpoints.otlp if endpoints else "", otlp_grpc=endpoints.otlp_grpc if endpoints else "")
 
     reader = [Depends(require_reader)]
     unauthorized: dict[int | str, dict[str, Any]] = {
