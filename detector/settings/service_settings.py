@@ -71,6 +71,17 @@ class IngestSettings(StrictModel):
     bearer_tokens: list[str] = Field(default_factory=list, max_length=100)
     bearer_token_file: str | None = Field(None, min_length=1, description="one token per line")
     tls: TlsSettings | None = None
+    # Admission control (detector/ingest/admission.py, docs/reliability.md "Overload"): past any bound, new requests
+    # are refused at once with HTTP 503 + Retry-After / gRPC RESOURCE_EXHAUSTED + RetryInfo (the exporters retry).
+    # 256 MiB: two commit groups' worth of decoded rows (MAX_GROUP_BYTES, 128 MiB, is the most one insert takes; more
+    # queued only waits longer than the decision lag allows), a small share of a 2 GB container.
+    max_inflight_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024, le=64 * 1024 * 1024 * 1024, description=(
+        "bytes of OTLP requests in flight (bodies as read, plus their decoded rows, until answered); past it new "
+        "requests are refused, retryable"))
+    max_commit_wait_seconds: float = Field(0.5, ge=0, le=3600, description=(
+        "refuse new requests while the oldest decoded request has waited longer than this for its commit (0: off)"))
+    max_detector_behind_seconds: float = Field(1.0, ge=0, le=3600, description=(
+        "refuse new requests while the detector has not read spans acknowledged longer ago than this (0: off)"))
 
     @field_validator("bearer_tokens")
     @classmethod
