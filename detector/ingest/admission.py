@@ -3,7 +3,7 @@ at once with a retryable answer, so that memory and the decision lag stay bounde
 
 Modelled on the OpenTelemetry Collector's ``memory_limiter`` and sending queue (refuse to the sender, which retries,
 rather than queue in memory), Envoy's overload manager (shed new work before resources run out) and ClickHouse's
-``Too many parts`` insert backpressure (refuse inserts while the background work is behind). Three bounds::
+``Too many parts`` insert backpressure (refuse inserts while the background work is behind). Four bounds::
 
     admission = Admission(settings)                      # one per service, both receivers
     ticket = admission.admit(declared_bytes)             # a Ticket, or a Refusal (why, and Retry-After)
@@ -11,6 +11,7 @@ rather than queue in memory), Envoy's overload manager (shed new work before res
     ticket.decoded()                                     # the request now waits for its commit
     ticket.release()                                     # answered (or refused): its bytes are free again
     admission.committed()                                # new rows acknowledged: the detector has them to read
+    await admission.watch_loop()                         # (a task on the event loop) samples the loop's delay
 
 - **memory** (``ingest.max_inflight_bytes``): the bytes of the requests in flight, counted as they are read, plus
   their decoded rows (the Arrow table each request holds until its commit), until each request is answered. That is
@@ -23,6 +24,15 @@ rather than queue in memory), Envoy's overload manager (shed new work before res
 - **detector behind** (``ingest.max_detector_behind_seconds``): how long ago the oldest acknowledged commit that no
   detection cycle has read yet was acknowledged (the detector's watermark, :meth:`Admission.committed`). Past it the
   detection cycle is behind: new requests are refused, so that what is accepted is scored within the decision lag.
+- **event loop delay** (``ingest.max_loop_delay_seconds``): how late the event loop runs a timer (the decaying
+  maximum of :data:`LOOP_PROBE_SECONDS` probes). The enforcement API shares the loop, and the loop shares the GIL
+  with the decoding, committing and detection threads: once their work makes it late, ``/v1/check`` waits as long.
+  Past the bound new requests are refused, which sheds decoding at once and the detector's work a cycle later
+  (Envoy's overload manager sheds on such a measure; Node's ``under-pressure`` on event loop delay).
+
+The three lag bounds apply while other requests are in flight: a request that finds the receivers idle is admitted
+(an exporter sends one request at a time, so a lone sender is paced by its own answers, and a request now and then is
+never refused for a stall it did not cause).
 
 The receivers answer a refusal with HTTP 503 + ``Retry-After`` / gRPC ``RESOURCE_EXHAUSTED`` + ``RetryInfo`` (both
 retried by the OpenTelemetry exporters). Everything here runs on the service's event loop (no locks): the receivers
@@ -31,6 +41,7 @@ call it from their handlers. This module is plain bookkeeping; the receivers map
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -40,15 +51,17 @@ from typing import Final, Literal
 from detector.settings.service_settings import IngestSettings
 
 __all__ = [
-    "Admission", "AdmissionSnapshot", "COMMIT_COALESCE_SECONDS", "REASONS", "REFUSED_DETECTOR", "REFUSED_MEMORY",
-    "REFUSED_WAIT", "RETRY_AFTER_SECONDS", "Refusal", "RefusalReason", "Ticket",
+    "Admission", "AdmissionSnapshot", "COMMIT_COALESCE_SECONDS", "LOOP_DELAY_DECAY", "LOOP_PROBE_SECONDS", "REASONS",
+    "REFUSED_DETECTOR", "REFUSED_LOOP", "REFUSED_MEMORY", "REFUSED_WAIT", "RETRY_AFTER_SECONDS", "Refusal",
+    "RefusalReason", "Ticket",
 ]
 
-RefusalReason = Literal["memory", "commit_wait", "detector_behind"]
+RefusalReason = Literal["memory", "commit_wait", "detector_behind", "loop_delay"]
 REFUSED_MEMORY: Final = "memory"
 REFUSED_WAIT: Final = "commit_wait"
 REFUSED_DETECTOR: Final = "detector_behind"
-REASONS: Final[tuple[RefusalReason, ...]] = (REFUSED_MEMORY, REFUSED_WAIT, REFUSED_DETECTOR)
+REFUSED_LOOP: Final = "loop_delay"
+REASONS: Final[tuple[RefusalReason, ...]] = (REFUSED_MEMORY, REFUSED_WAIT, REFUSED_DETECTOR, REFUSED_LOOP)
 
 # The delay a refused sender is told to wait. Short: overload passes as soon as a commit or a cycle ends (well under
 # a second at the sustainable rate), and the Python OTLP/HTTP exporter gives up when Retry-After exceeds what is left
@@ -57,6 +70,12 @@ RETRY_AFTER_SECONDS: Final = 1
 # Acknowledged commits closer together than this are remembered as one (the oldest of them): the detector-behind
 # figure is exact to this much, and its memory is at most one entry per this interval while the bound holds.
 COMMIT_COALESCE_SECONDS: Final = 0.01
+# The event loop's delay is sampled by a timer this often: fine enough to see the stalls that make a /v1/check p99
+# (tens of ms), coarse enough to cost nothing (100 wake-ups a second).
+LOOP_PROBE_SECONDS: Final = 0.01
+# Each probe, the remembered delay decays by this factor (unless the new one is larger): a stall keeps counting for
+# about a quarter of a second (0.93 ** 25 = 0.16), long enough to refuse the requests arriving behind it.
+LOOP_DELAY_DECAY: Final = 0.93
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +97,7 @@ class AdmissionSnapshot:
     inflight_requests: int
     commit_wait_seconds: float
     detector_behind_seconds: float
+    loop_delay_seconds: float
     refused: dict[str, int]  # by reason
 
 
@@ -122,10 +142,13 @@ class Admission:
 
     def __init__(self, max_inflight_bytes: int, max_commit_wait_seconds: float = 0.0,
                  max_detector_behind_seconds: float = 0.0, watermark: Callable[[], float] | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 max_loop_delay_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.max_inflight_bytes = max_inflight_bytes
         self.max_commit_wait_seconds = max_commit_wait_seconds
         self.max_detector_behind_seconds = max_detector_behind_seconds
+        self.max_loop_delay_seconds = max_loop_delay_seconds
+        self.loop_delay = 0.0  # the decaying maximum of the event loop's delay (watch_loop)
         self.watermark = watermark
         self.clock = clock
         self.wall = wall
@@ -138,13 +161,14 @@ class Admission:
     @classmethod
     def from_settings(cls, settings: IngestSettings, watermark: Callable[[], float] | None = None) -> Admission:
         return cls(settings.max_inflight_bytes, settings.max_commit_wait_seconds,
-                   settings.max_detector_behind_seconds, watermark)
+                   settings.max_detector_behind_seconds, watermark, settings.max_loop_delay_seconds)
 
     # -- the receivers' interface ---------------------------------------------------------------------------------
     def admit(self, declared_bytes: int = 0) -> Ticket | Refusal:
         """A new request, with the body size it declares (``Content-Length``, the gRPC message's size; 0: unknown):
         its ticket, holding ``declared_bytes`` from now on (charge what is read beyond them), or why it is refused."""
-        refusal = self._lagging() or self._over(declared_bytes)
+        # alone, a request always passes (the lag bounds: one sender's requests are paced by their own answers)
+        refusal = (self._lagging() if self._tickets else None) or self._over(declared_bytes)
         if refusal is not None:
             self.refused[refusal.reason] += 1
             return refusal
@@ -159,6 +183,17 @@ class Admission:
         now = self.wall()
         if not self._unread or now - self._unread[-1] > COMMIT_COALESCE_SECONDS:
             self._unread.append(now)
+
+    def loop_delayed(self, delay: float) -> None:
+        """One probe of the event loop's delay (seconds late)."""
+        self.loop_delay = max(delay, self.loop_delay * LOOP_DELAY_DECAY)
+
+    async def watch_loop(self) -> None:
+        """Sample the event loop's delay forever (a task on the loop the receivers and the API run on)."""
+        while True:
+            started = self.clock()
+            await asyncio.sleep(LOOP_PROBE_SECONDS)
+            self.loop_delayed(max(0.0, self.clock() - started - LOOP_PROBE_SECONDS))
 
     # -- figures --------------------------------------------------------------------------------------------------
     def commit_wait_seconds(self) -> float:
@@ -179,11 +214,14 @@ class Admission:
 
     def snapshot(self) -> AdmissionSnapshot:
         return AdmissionSnapshot(self.inflight_bytes, self.peak_bytes, self.max_inflight_bytes, len(self._tickets),
-                                 self.commit_wait_seconds(), self.detector_behind_seconds(),
+                                 self.commit_wait_seconds(), self.detector_behind_seconds(), self.loop_delay,
                                  {reason: self.refused[reason] for reason in REASONS})
 
     # -- bookkeeping --------------------------------------------------------------------------------------------------
     def _lagging(self) -> Refusal | None:
+        if self.max_loop_delay_seconds and self.loop_delay > self.max_loop_delay_seconds:
+            return Refusal(REFUSED_LOOP, f"receiver overloaded: the event loop runs {self.loop_delay * 1000:.0f} ms late "
+                           f"(bound {self.max_loop_delay_seconds * 1000:.0f} ms); retry later")
         if self.max_commit_wait_seconds:
             waited = self.commit_wait_seconds()
             if waited > self.max_commit_wait_seconds:

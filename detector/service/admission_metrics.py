@@ -4,7 +4,8 @@
   both receivers together;
 * ``loop_ingest_inflight_bytes``, ``loop_ingest_inflight_peak_bytes``, ``loop_ingest_inflight_limit_bytes``: the bytes
   of the requests in flight (bodies read, decoded rows) now, at their highest since the start, and the bound;
-* ``loop_ingest_inflight_requests``, ``loop_ingest_commit_wait_seconds``, ``loop_ingest_detector_behind_seconds``.
+* ``loop_ingest_inflight_requests``, ``loop_ingest_commit_wait_seconds``, ``loop_ingest_detector_behind_seconds``,
+  ``loop_ingest_event_loop_delay_seconds``: the figures the other bounds apply to.
 """
 
 from __future__ import annotations
@@ -40,5 +41,7 @@ class AdmissionMetrics(Collector):
                                 value=figures.inflight_requests)
         yield GaugeMetricFamily("loop_ingest_commit_wait_seconds", "How long the oldest decoded request has waited "
                                 "for its commit", value=figures.commit_wait_seconds)
+        yield GaugeMetricFamily("loop_ingest_event_loop_delay_seconds", "How late the event loop (shared with the "
+                                "API) runs a timer: decaying maximum", value=figures.loop_delay_seconds)
         yield GaugeMetricFamily("loop_ingest_detector_behind_seconds", "How long ago the oldest acknowledged commit "
                                 "the detector has not read was acknowledged", value=figures.detector_behind_seconds)

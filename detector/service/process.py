@@ -390,12 +390,14 @@ class Service:
                     loop.add_signal_handler(sig, self._on_stop_signal, sig)
                     handled.append(sig)
         self.start_scheduler()
+        watching = asyncio.create_task(self.admission.watch_loop())  # the event loop's delay: the API's latency
         if on_ready is not None:
             on_ready(self.endpoints)
         try:
             await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, self._sockets,
                                                                                           strict=True)))
         finally:
+            watching.cancel()
             await self.grpc_receiver.stop()
             for sig in handled:
                 with _suppress():

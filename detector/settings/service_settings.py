@@ -80,8 +80,11 @@ class IngestSettings(StrictModel):
         "requests are refused, retryable"))
     max_commit_wait_seconds: float = Field(0.5, ge=0, le=3600, description=(
         "refuse new requests while the oldest decoded request has waited longer than this for its commit (0: off)"))
-    max_detector_behind_seconds: float = Field(1.0, ge=0, le=3600, description=(
+    max_detector_behind_seconds: float = Field(0.5, ge=0, le=3600, description=(
         "refuse new requests while the detector has not read spans acknowledged longer ago than this (0: off)"))
+    max_loop_delay_seconds: float = Field(0.02, ge=0, le=60, description=(
+        "refuse new requests while the event loop (shared with the API: /v1/check's latency) runs later than this "
+        "(0: off)"))
 
     @field_validator("bearer_tokens")
     @classmethod
