@@ -235,9 +235,15 @@ class OTLPGrpcReceiver:
                 reply = await handle(ticket)
         except _Refused as refused:
             self.metrics.grpc_requests_by_code[refused.code.name] += 1
-            trailers = retry_trailers(refused.code, refused.message, refused.retry_after) if refused.retry else ()
-            await context.abort(refused.code, refused.message, trailing_metadata=trailers)
-            raise AssertionError("unreachable") from None  # abort raises
+            if refused.retry:
+                context.set_trailing_metadata(retry_trailers(refused.code, refused.message, refused.retry_after))
+            # the status is set, not raised (context.abort): an exception's traceback holds the request's frames in a
+            # reference cycle, which only the garbage collector frees, and it is paused while requests are decoded
+            # and frozen by the detection cycles (detector/detection/gc_policy.py): under overload, every refused
+            # request's bytes stayed in memory (2 GB after 2,000 refusals of 600 KB)
+            context.set_code(refused.code)
+            context.set_details(refused.message)
+            return b""
         self.metrics.grpc_requests_by_code["OK"] += 1
         return reply
 

@@ -252,6 +252,8 @@ class Load:
             start = time.time()
             for k in range(int(requests_per_second * seconds)):
                 at = start + k / requests_per_second
+                if time.time() > start + seconds:  # every worker was busy: the rest was never offered
+                    break
                 time.sleep(max(0.0, at - time.time()))
                 job = self._new(at)
                 mine.append(job[0])
