@@ -7,9 +7,10 @@
 2. Sustainable rate: 4 senders post unique 1,000-span requests back to back over OTLP/HTTP for 20 s, each waiting
    for its answer (and retrying a refusal after its ``Retry-After``); what is acknowledged per second is the rate
    the service sustains within its admission bounds.
-3. Ten times that rate, offered on a schedule of unique 1,000-span requests (64 sender threads), over OTLP/HTTP,
+3. Ten times that rate, offered on a schedule of unique 1,000-span requests (128 sender threads), over OTLP/HTTP,
    then over OTLP/gRPC: each request exported as the OpenTelemetry exporters do (a refusal retried after the delay
-   it names, the same bytes, until the 10 s export deadline, then dropped).
+   it names, the same bytes, until the 10 s export deadline, then dropped; a request due while every thread is
+   busy is dropped unsent, as a batch span processor's queue drops spans).
 
 Meanwhile a separate process polls ``/v1/check`` every 50 ms (its latency), ``/healthz`` every 20 ms (the
 detector's watermark) and the service's RSS every 0.5 s. A request's decision lag: from the send of the attempt
@@ -42,6 +43,7 @@ SESSIONS = 2000
 SUSTAIN_SENDERS = 4
 SUSTAIN_SECONDS = 20.0
 FACTOR = 10  # offered = FACTOR x the sustainable rate
+WORKERS = 128  # sender threads of the overload phases (each exports one request at a time, retries included)
 
 
 def _monitor(api: str, pid: int, stop: Any, out: Connection) -> None:
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> list[str]:
             for transport, target in (("http", proc.otlp), ("grpc", grpc_target(proc.lines))):
                 t0 = time.time()
                 load = Load(bodies, transport, target)  # type: ignore[arg-type]
-                sent = load.open(offered, seconds)
+                sent = load.open(offered, seconds, WORKERS)
                 phases.append(_Phase(f"{FACTOR} x over OTLP/{transport.upper() if transport == 'http' else 'gRPC'}",
                                      sent, t0, time.time()))
                 phases[-1].answers = load.answers  # type: ignore[attr-defined]
@@ -188,8 +190,11 @@ def run(args: argparse.Namespace) -> list[str]:
         name = phase.name
         if answers is not None:
             offered_rate = sum(s.spans for s in phase.sent) / duration
-            lines.append(row(f"{name}: offered (unique requests due, first sends)", offered_rate, "spans/s",
+            lines.append(row(f"{name}: offered (unique 1,000-span requests due)", offered_rate, "spans/s",
                              f"{offered_rate / rate:.1f} x sustainable"))
+            unsent = sum(1 for s in phase.sent if s.unsent)
+            lines.append(row(f"{name}: of which never sent (all {WORKERS} sender threads busy retrying)", unsent,
+                             "requests", f"of {len(phase.sent):,}"))
             shown = ", ".join(f"{k}: {v:,}" for k, v in sorted(answers.items(), key=lambda kv: -kv[1]))
             lines.append(row(f"{name}: answers (every attempt)", shown))
             lines.append(row(f"{name}: requests dropped by the sender (still refused at its 10 s deadline)",

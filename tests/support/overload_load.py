@@ -138,6 +138,7 @@ class Sent:
     answers: list[str] = field(default_factory=list)  # every answer: 200, 503, RESOURCE_EXHAUSTED, timeout, ...
     invalid: list[str] = field(default_factory=list)  # answers that are neither 200 nor a retryable refusal
     gave_up: bool = False  # still refused at the export deadline: the exporter drops it
+    unsent: bool = False  # due while every sender was busy: dropped from the sender's queue, never sent
 
 
 class Load:
@@ -234,9 +235,11 @@ class Load:
         self._run([threading.Thread(target=sender) for _ in range(senders)])
         return mine
 
-    def open(self, requests_per_second: float, seconds: float, workers: int = 64) -> list[Sent]:
+    def open(self, requests_per_second: float, seconds: float, workers: int = 128) -> list[Sent]:
         """New requests due at ``requests_per_second`` for ``seconds``, each exported by the first free of
-        ``workers`` threads (a request waits for a free one: the offered rate is what was sent on time)."""
+        ``workers`` threads; one due while every thread is busy is dropped unsent (``Sent.unsent``), as a batch
+        span processor drops spans while its exporter is still retrying: the offered rate holds whatever the
+        answers."""
         due: queue.Queue[tuple[Sent, bytes] | None] = queue.Queue(maxsize=workers)
         mine: list[Sent] = []
 
@@ -252,12 +255,13 @@ class Load:
             start = time.time()
             for k in range(int(requests_per_second * seconds)):
                 at = start + k / requests_per_second
-                if time.time() > start + seconds:  # every worker was busy: the rest was never offered
-                    break
                 time.sleep(max(0.0, at - time.time()))
                 job = self._new(at)
                 mine.append(job[0])
-                due.put(job)  # blocks while every worker is busy
+                try:
+                    due.put_nowait(job)
+                except queue.Full:
+                    job[0].unsent = True
             for _ in range(workers):
                 due.put(None)
 
