@@ -189,8 +189,9 @@ def run(args: argparse.Namespace) -> list[str]:
         answers = getattr(phase, "answers", None)
         name = phase.name
         if answers is not None:
-            offered_rate = sum(s.spans for s in phase.sent) / duration
-            lines.append(row(f"{name}: offered (unique 1,000-span requests due)", offered_rate, "spans/s",
+            offered_rate = sum(s.spans for s in phase.sent) / seconds  # due within the offering window
+            lines.append(row(f"{name}: offered (unique 1,000-span requests due over {seconds:g} s)", offered_rate,
+                             "spans/s",
                              f"{offered_rate / rate:.1f} x sustainable"))
             unsent = sum(1 for s in phase.sent if s.unsent)
             lines.append(row(f"{name}: of which never sent (all {WORKERS} sender threads busy retrying)", unsent,
@@ -202,7 +203,8 @@ def run(args: argparse.Namespace) -> list[str]:
                              f"of {len(phase.sent):,}"))
             lines.append(row(f"{name}: answers neither 200 nor a retryable refusal (timeouts, other 5xx)",
                              sum(len(s.invalid) for s in phase.sent), "", ""))
-        lines += [row(f"{name}: acknowledged", acked_rate, "spans/s", f"{acked_rate / rate:.2f}"),
+        lines += [row(f"{name}: acknowledged (over the phase, {duration:.0f} s with the last retries)", acked_rate,
+                      "spans/s", f"{acked_rate / rate:.2f}"),
                   row(f"{name}: decision lag p99, accepted attempt -> decision", _p(service, 0.99), "s",
                       f"{_p(service, 0.99) / 2:.2f} x the 2 s target"),
                   row(f"{name}: decision lag p99, due -> decision (retries included)", _p(sender, 0.99), "s", ""),

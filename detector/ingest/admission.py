@@ -180,6 +180,9 @@ class Admission:
 
     def committed(self) -> None:
         """A commit of new rows was acknowledged: the detector has them to read (its watermark will pass now)."""
+        if self.watermark is None:
+            return
+        self.detector_behind_seconds(forget=True)  # what was read is dropped here too (bound off or not)
         now = self.wall()
         if not self._unread or now - self._unread[-1] > COMMIT_COALESCE_SECONDS:
             self._unread.append(now)
@@ -199,18 +202,21 @@ class Admission:
     def commit_wait_seconds(self) -> float:
         """How long the oldest decoded request in flight has waited for its commit (0: none waits)."""
         now = self.clock()
-        oldest = min((t.decoded_at for t in self._tickets.values() if t.decoded_at), default=now)
+        tickets = tuple(self._tickets.values())  # one C call: safe while the loop changes the dict (a scrape)
+        oldest = min((t.decoded_at for t in tickets if t.decoded_at), default=now)
         return now - oldest
 
-    def detector_behind_seconds(self) -> float:
-        """How long ago the oldest acknowledged commit the detector has not read yet was acknowledged (0: none)."""
+    def detector_behind_seconds(self, forget: bool = False) -> float:
+        """How long ago the oldest acknowledged commit the detector has not read yet was acknowledged (0: none).
+        ``forget``: drop the commits it has read (on the event loop only; a scrape from another thread only reads)."""
         if self.watermark is None:
-            self._unread.clear()
             return 0.0
         watermark = self.watermark()
-        while self._unread and self._unread[0] <= watermark:
-            self._unread.popleft()
-        return self.wall() - self._unread[0] if self._unread else 0.0
+        if forget:
+            while self._unread and self._unread[0] <= watermark:
+                self._unread.popleft()
+        unread = next((at for at in tuple(self._unread) if at > watermark), None)
+        return self.wall() - unread if unread is not None else 0.0
 
     def snapshot(self) -> AdmissionSnapshot:
         return AdmissionSnapshot(self.inflight_bytes, self.peak_bytes, self.max_inflight_bytes, len(self._tickets),
@@ -228,7 +234,7 @@ class Admission:
                 return Refusal(REFUSED_WAIT, f"receiver overloaded: the oldest request has waited {waited:.1f} s for "
                                f"its commit (bound {self.max_commit_wait_seconds:g} s); retry later")
         if self.max_detector_behind_seconds:
-            behind = self.detector_behind_seconds()
+            behind = self.detector_behind_seconds(forget=True)
             if behind > self.max_detector_behind_seconds:
                 return Refusal(REFUSED_DETECTOR, f"receiver overloaded: the detector is {behind:.1f} s behind the "
                                f"spans acknowledged (bound {self.max_detector_behind_seconds:g} s); retry later")
