@@ -413,6 +413,7 @@ PROBES = {"kill9": probe_kill9, "sigterm": probe_sigterm, "poison": probe_poison
 # Probes in their own modules under bench/probes/ (each ``run(args) -> list[str]``): name -> module.
 MODULE_PROBES: dict[str, str] = {
     "diskfull": "probes.disk_full",
+    "overload": "probes.overload",
 }
 
 
@@ -421,6 +422,7 @@ def main() -> None:
     parser.add_argument("--probes", default=",".join([*PROBES, *MODULE_PROBES]))
     parser.add_argument("--runs", type=int, default=6, help="kill -9 runs (SIGTERM: half as many)")
     parser.add_argument("--update-docs", action="store_true", help="write the tables into docs/reliability.md")
+    parser.add_argument("--overload-seconds", type=float, default=60, help="overload: seconds offered per transport")
     args = parser.parse_args()
     tables = []
     for name in args.probes.split(","):

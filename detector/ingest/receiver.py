@@ -22,6 +22,9 @@ Per the OTLP/HTTP specification:
   at the limit, so a gzip bomb costs at most that much memory);
 - ``503`` with ``Retry-After`` when the store fails: retryable, nothing of the request is
   acknowledged. Never for the request's data: spans the store refuses are rejected one by one.
+- ``503`` with ``Retry-After`` (``google.rpc.Status`` code 8, RESOURCE_EXHAUSTED) when the service is overloaded
+  (:mod:`detector.ingest.admission`, shared with the gRPC receiver): refused before the body is read when
+  ``Content-Length`` says it would not fit, else as soon as the bytes read (then the decoded rows) would not.
 
 ``200`` is sent only once the request's rows are committed to ``otel.otel_traces`` (the
 staging view into ``otel.genai_spans`` included). Decoding (into an Arrow table of the rows)
@@ -53,6 +56,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from detector.ingest.admission import Admission, Refusal, Ticket
 from detector.ingest.commit import Committer
 from detector.ingest.counters import IngestMetrics
 from detector.ingest.decoding import OTLPDecodeError, gc_paused
@@ -73,7 +77,7 @@ from detector.settings.vocabulary import COMMIT_RETRYABLE
 from detector.storage.transport import Store
 
 __all__ = [
-    "CODE_INVALID_ARGUMENT", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "JSON",
+    "CODE_INVALID_ARGUMENT", "CODE_RESOURCE_EXHAUSTED", "CODE_UNAUTHENTICATED", "CODE_UNAVAILABLE", "COMPRESSED", "DECODE_THREADS", "JSON",
     "MAX_GROUP_BYTES", "PROTOBUF", "RETRY_AFTER_SECONDS", "authorized", "create_otlp_app", "decode_logs_body",
     "decode_request", "inflate_limited",
 ]
@@ -88,6 +92,7 @@ COMPRESSED = ("gzip", "deflate")
 
 # google.rpc.Code values carried in the error bodies
 CODE_INVALID_ARGUMENT = 3
+CODE_RESOURCE_EXHAUSTED = 8
 CODE_UNAVAILABLE = 14
 CODE_UNAUTHENTICATED = 16
 
@@ -172,10 +177,13 @@ def authorized(given: bytes, expected: Sequence[bytes]) -> bool:
 
 
 def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetrics | None = None,
-                    committer: Committer | None = None, bearer_tokens: Sequence[str] = ()) -> Starlette:
+                    committer: Committer | None = None, bearer_tokens: Sequence[str] = (),
+                    admission: Admission | None = None) -> Starlette:
     """The OTLP/HTTP receiver as an ASGI app: ``POST /v1/traces`` and ``GET /healthz``. Without a committer, one
     without a journal (no repair across a restart) is made over ``store``. With ``bearer_tokens``, a request must
-    carry ``Authorization: Bearer <one of them>``."""
+    carry ``Authorization: Bearer <one of them>``. Without ``admission``, one over ``settings`` (without a
+    detector-behind bound) is made; the gRPC receiver shares it (``app.state.admission``)."""
+    admission = admission if admission is not None else Admission.from_settings(settings)
     expected = [f"Bearer {token}".encode() for token in bearer_tokens]
     metrics = committer.metrics if committer is not None else metrics if metrics is not None else IngestMetrics()
     committer = committer if committer is not None else Committer(store, metrics)
@@ -191,12 +199,22 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             media, body = JSON, orjson.dumps({"code": code, "message": message})
         return Response(body, http_status, headers=headers, media_type=media)
 
-    async def read_body(request: Request) -> bytes | None:
-        chunks, size = [], 0
+    def overloaded(media: str, refusal: Refusal) -> Response:
+        return status_reply(503, media, CODE_RESOURCE_EXHAUSTED, refusal.message,
+                            headers={"Retry-After": str(refusal.retry_after_seconds)})
+
+    async def read_body(request: Request, ticket: Ticket) -> bytes | Refusal | None:
+        """The body, counted in ``ticket`` as it is read (beyond what it declared); None past ``max_body_bytes``."""
+        chunks, size, counted = [], 0, ticket.nbytes
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
                 return None
+            if size > counted:
+                refusal = ticket.charge(size - counted)
+                if refusal is not None:
+                    return refusal
+                counted = size
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -209,8 +227,9 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         return status_reply(401, media if media in (PROTOBUF, JSON) else JSON, CODE_UNAUTHENTICATED, message,
                             headers={"WWW-Authenticate": "Bearer"})
 
-    async def checked_body(request: Request) -> tuple[str, str, bytes] | Response:
-        """Authentication, Content-Type, Content-Encoding and size checked: (media, encoding, body) or the 4xx."""
+    async def checked_body(request: Request, ticket: list[Ticket]) -> tuple[str, str, bytes] | Response:
+        """Authentication, Content-Type, Content-Encoding, size and admission checked: (media, encoding, body) or
+        the 4xx / 503. The request's admission ticket is appended to ``ticket`` (the caller releases it)."""
         raw_type = request.headers.get("content-type")
         media = _media_type(raw_type)
         refused = unauthenticated(request, media)
@@ -227,13 +246,19 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         too_large = f"request body exceeds max_body_bytes ({limit} bytes)"
         if declared.isdigit() and int(declared) > limit:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        admitted = admission.admit(int(declared) if declared.isdigit() else 0)
+        if isinstance(admitted, Refusal):  # refused before reading the body
+            return overloaded(media, admitted)
+        ticket.append(admitted)
         try:
-            body = await read_body(request)
+            body = await read_body(request, admitted)
         except ClientDisconnect:  # nobody is left to answer; count it and move on
             metrics.requests_by_status[499] += 1
             return Response(status_code=400)
         if body is None:
             return status_reply(413, media, CODE_INVALID_ARGUMENT, too_large)
+        if isinstance(body, Refusal):
+            return overloaded(media, body)
         return media, encoding, body
 
     async def decoded(decoder: Callable[[bytes, str, str, IngestSettings], T], body: bytes, encoding: str,
@@ -263,8 +288,16 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         return Response(orjson.dumps(document), 200, media_type=JSON)
 
     async def export_traces(request: Request) -> Response:
+        ticket: list[Ticket] = []
+        try:
+            return await traces_admitted(request, ticket)
+        finally:
+            for admitted in ticket:
+                admitted.release()
+
+    async def traces_admitted(request: Request, ticket: list[Ticket]) -> Response:
         with committer.arriving():
-            checked = await checked_body(request)
+            checked = await checked_body(request, ticket)
             if isinstance(checked, Response):
                 return checked
             media, encoding, body = checked
@@ -272,6 +305,10 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
             del body
         if isinstance(request_rows, Response):
             return request_rows
+        refusal = ticket[0].charge(request_rows.rows.nbytes)  # the decoded rows, held until the commit
+        if refusal is not None:
+            return overloaded(media, refusal)
+        ticket[0].decoded()
         outcome = await committer.commit(request_rows)
         if outcome.status == COMMIT_RETRYABLE:
             log.error("OTLP request not acknowledged: %s; %d spans (client will retry)", outcome.retry_reason,
@@ -281,6 +318,8 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         if not outcome.duplicate:
             metrics.spans_accepted += outcome.accepted
             metrics.spans_rejected += outcome.rejected
+            if outcome.accepted:
+                admission.committed()
         if outcome.rejected:
             log.warning("OTLP partial success: %s", outcome.error_message)
         return partial_reply(media, ExportTraceServiceResponse(), "rejected_spans", outcome.rejected,
@@ -293,7 +332,15 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
     logs_committer = LogsCommitter(store, metrics)
 
     async def export_logs(request: Request) -> Response:
-        checked = await checked_body(request)
+        ticket: list[Ticket] = []
+        try:
+            return await logs_admitted(request, ticket)
+        finally:
+            for admitted in ticket:
+                admitted.release()
+
+    async def logs_admitted(request: Request, ticket: list[Ticket]) -> Response:
+        checked = await checked_body(request, ticket)
         if isinstance(checked, Response):
             return checked
         media, encoding, body = checked
@@ -301,6 +348,10 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         if isinstance(logs, Response):
             return logs
         result, rows = logs
+        refusal = ticket[0].charge(rows.nbytes)
+        if refusal is not None:
+            return overloaded(media, refusal)
+        ticket[0].decoded()
         if result.accepted:
             try:
                 await logs_committer.commit(rows)
@@ -318,11 +369,16 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
     async def export_metrics(request: Request) -> Response:
         """Metrics are not stored: a valid request is answered with every point rejected (partial success, not
         retryable), so SDKs that export all signals by default neither fail nor retry."""
-        checked = await checked_body(request)
-        if isinstance(checked, Response):
-            return checked
-        media, encoding, body = checked
-        points = await decoded(_count_metrics_body, body, encoding, media, "metrics")
+        ticket: list[Ticket] = []
+        try:
+            checked = await checked_body(request, ticket)
+            if isinstance(checked, Response):
+                return checked
+            media, encoding, body = checked
+            points = await decoded(_count_metrics_body, body, encoding, media, "metrics")
+        finally:
+            for admitted in ticket:
+                admitted.release()
         if isinstance(points, Response):
             return points
         return partial_reply(media, ExportMetricsServiceResponse(), "rejected_data_points", points,
@@ -337,4 +393,5 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
     app.state.ingest_metrics = metrics
     app.state.committer = committer
     app.state.logs_committer = logs_committer  # the OTLP/gRPC receiver commits through the same committers
+    app.state.admission = admission  # and is admitted by the same bounds
     return app

@@ -36,10 +36,12 @@ from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
 from detector.enforcement.preflight import PendingWindows
+from detector.ingest.admission import Admission
 from detector.ingest.commit import Committer
 from detector.ingest.counters import IngestMetrics
 from detector.ingest.grpc_receiver import GrpcBindError, OTLPGrpcReceiver
 from detector.ingest.receiver import create_otlp_app
+from detector.service.admission_metrics import AdmissionMetrics
 from detector.service.cycle_loop import CycleLoop
 from detector.service.data_dir import private_directory
 from detector.service.http_server import Server, make_server
@@ -205,11 +207,17 @@ class Service:
         self.webhooks: WebhookDispatcher | None = None
         self._start_webhooks(config)
         self.otlp_tokens = otlp_tokens(config)
+        # overload: both receivers refuse past the same bounds, the detector's backlog included (its watermark,
+        # shifted by the configured lag: a span is read once the cutoff, now - lag, passes it)
+        self.admission = Admission.from_settings(config.ingest, lambda: (
+            self.job.watermark_us / 1e6 + self.config.detector.watermark_lag_seconds))
+        self.metrics.registry.register(AdmissionMetrics(self.admission))
         self.otlp_app = create_otlp_app(self.store, config.ingest, committer=self.committer,
-                                        bearer_tokens=self.otlp_tokens)
+                                        bearer_tokens=self.otlp_tokens, admission=self.admission)
         # the OTLP/gRPC receiver commits through the HTTP receiver's committers (one commit path for both)
         self.grpc_receiver = OTLPGrpcReceiver(self.committer, self.otlp_app.state.logs_committer, config.ingest,
-                                              self.ingest_metrics, bearer_tokens=self.otlp_tokens)
+                                              self.ingest_metrics, admission=self.admission,
+                                              bearer_tokens=self.otlp_tokens)
         self.clickhouse_app = None  # the ClickHouse-compatible HTTP endpoint, when clickhouse_http.port is set
         if config.clickhouse_http.port is not None:
             self.clickhouse_app = create_clickhouse_http_app(
@@ -390,12 +398,14 @@ class Service:
                     loop.add_signal_handler(sig, self._on_stop_signal, sig)
                     handled.append(sig)
         self.start_scheduler()
+        watching = asyncio.create_task(self.admission.watch_loop())  # the event loop's delay: the API's latency
         if on_ready is not None:
             on_ready(self.endpoints)
         try:
             await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, self._sockets,
                                                                                           strict=True)))
         finally:
+            watching.cancel()
             await self.grpc_receiver.stop()
             for sig in handled:
                 with _suppress():

@@ -78,6 +78,23 @@ class IngestSettings(StrictModel):
     min_free_bytes: int = Field(256 * 1024 * 1024, ge=0, description=(
         "below this much free space in the data directory, OTLP requests are refused (retryable) until space is "
         "freed; 0 disables the guard"))
+    # Admission control (detector/ingest/admission.py, docs/reliability.md "Overload"): past any bound, new requests
+    # are refused at once with HTTP 503 + Retry-After / gRPC RESOURCE_EXHAUSTED + RetryInfo (the exporters retry).
+    # 256 MiB: two commit groups' worth of decoded rows (MAX_GROUP_BYTES, 128 MiB, is the most one insert takes; more
+    # queued only waits longer than the decision lag allows), a small share of a 2 GB container.
+    max_inflight_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024, le=64 * 1024 * 1024 * 1024, description=(
+        "bytes of OTLP requests in flight (bodies as read, plus their decoded rows, until answered); past it new "
+        "requests are refused, retryable"))
+    # The lag bounds are loose enough that a machine keeping up never refuses: at 1,000 spans/s over 2,000 sessions
+    # the oldest unread commit is 1.3 s old at worst (bench/lag.py), a group waits one insert (under 1 s); they trip
+    # when the backlog grows. 50 ms of event-loop delay: /v1/check's latency target, as the API shares the loop.
+    max_commit_wait_seconds: float = Field(1.0, ge=0, le=3600, description=(
+        "refuse new requests while the oldest decoded request has waited longer than this for its commit (0: off)"))
+    max_detector_behind_seconds: float = Field(1.5, ge=0, le=3600, description=(
+        "refuse new requests while the detector has not read spans acknowledged longer ago than this (0: off)"))
+    max_loop_delay_seconds: float = Field(0.05, ge=0, le=60, description=(
+        "refuse new requests while the event loop (shared with the API: /v1/check's latency) runs later than this "
+        "(0: off)"))
 
     @field_validator("bearer_tokens")
     @classmethod

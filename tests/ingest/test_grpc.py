@@ -10,6 +10,7 @@ with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` and nothing else against the service o
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import uuid
 from pathlib import Path
 
@@ -232,24 +234,24 @@ def test_store_failure_is_unavailable_with_retry_info_and_nothing_is_acknowledge
 
 def test_backpressure_is_resource_exhausted_with_retry_info(service, channel):
     svc, _ = service
-    receiver = svc.grpc_receiver
+    admission = svc.grpc_receiver.admission
     first = span_request(os.urandom(16), [{} for _ in range(20)]).SerializeToString()
     second = span_request(os.urandom(16), [{} for _ in range(20)]).SerializeToString()
-    saved = receiver.max_inflight_bytes
-    receiver.max_inflight_bytes = len(first) + len(second) // 2
+    saved = admission.max_inflight_bytes
+    admission.max_inflight_bytes = len(first) + len(second) // 2
     store_lock = svc.store._lock  # a stalled store: the first request's insert waits for it
     store_lock.acquire()
     try:
         pending = raw(channel, TRACES_METHOD).future(first)
         deadline = time.monotonic() + 10
-        while receiver.inflight_bytes == 0 and time.monotonic() < deadline:
+        while admission.inflight_bytes == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert receiver.inflight_bytes == len(first)
+        assert admission.inflight_bytes >= len(first)  # the request and, once decoded, its rows
         with pytest.raises(grpc.RpcError) as caught:
             raw(channel, TRACES_METHOD)(second)
     finally:
         store_lock.release()
-        receiver.max_inflight_bytes = saved
+        admission.max_inflight_bytes = saved
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert retry_info_of(caught.value)[1].retry_delay.seconds > 0
     pending.result(timeout=30)  # the first one is committed once the store moves again
@@ -331,3 +333,37 @@ def test_opentelemetry_instrument_over_grpc_with_no_other_setting(service):
     assert {c["provider"] for c in calls if c["operation"] == "chat"} == {"openai"}
     decision = httpx.get(f"{eps.api}/v1/decision", params={"session_id": session, "trace_id": trace_id}).json()
     assert decision["action"] != "allow", (decision, "default port" if default_port else "endpoint set")
+
+
+REFUSALS = 40
+
+
+def test_a_refused_request_leaves_no_reference_cycle_holding_its_bytes(service, channel):
+    """A refusal is a status set, not an exception raised: an exception's traceback holds the request's frames in a
+    reference cycle, which only the garbage collector frees, and under load it is paused (decoding) and frozen
+    (detection cycles): every refused request's bytes stayed in memory (issue 32, overload: 2 GB after 2,000)."""
+    svc, _ = service
+    admission = svc.grpc_receiver.admission
+    body = span_request(os.urandom(16), [{} for _ in range(200)]).SerializeToString()
+    saved = admission.max_inflight_bytes
+    admission.max_inflight_bytes = 1
+    held = admission.admit(10)  # another request in flight, past the bound: every new one is refused
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(REFUSALS):
+            with pytest.raises(grpc.RpcError) as caught:
+                raw(channel, TRACES_METHOD)(body)
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            del caught
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection would free is kept in gc.garbage, to be looked at
+        gc.collect()
+        handlers = [o for o in gc.garbage if isinstance(o, types.FrameType)
+                    and o.f_code.co_name in ("_export_traces", "_guarded")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        held.release()
+        admission.max_inflight_bytes = saved
+    assert not handlers  # no handler frame (holding its request's bytes) waits for the collector
