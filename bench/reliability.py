@@ -412,6 +412,7 @@ PROBES = {"kill9": probe_kill9, "sigterm": probe_sigterm, "poison": probe_poison
           "slow": probe_slow, "fuzz": probe_fuzz}
 # Probes in their own modules under bench/probes/ (each ``run(args) -> list[str]``): name -> module.
 MODULE_PROBES: dict[str, str] = {
+    "outage": "probes.store_outage",
 }
 
 

@@ -2,7 +2,7 @@
 on the server store (clickhouse-connect over HTTP, the stand-in server of tests/conftest.py) behind a TCP proxy that
 stops listening (the server stopped: connection refused) or accepts and never answers (a hung server).
 
-While the server is away: the receiver answers 503 with Retry-After (never a hang, never a success), ``/v1/check``
+While the server is away: the receivers answer 503 with Retry-After (gRPC: UNAVAILABLE) (never a hang, never a success), ``/v1/check``
 keeps answering from memory and says how old its decisions are (``stale_seconds``, growing; ``/metrics``,
 ``/healthz``), the detection cycles fail and back off, logged once. When it is back: every request the senders
 retried is acknowledged, and every span acknowledged is stored once and every call scored once (no gap, nothing
@@ -15,12 +15,14 @@ import logging
 import time
 from urllib.parse import urlsplit
 
+import grpc
 import httpx
 import pytest
 from support.otlp_load import Senders, audit_store
 from support.otlp_senders import PROTOBUF, chat_spans, encode, new_conversation
 from support.tcp_fault import FaultProxy, Mode
 
+from detector.ingest.grpc_receiver import TRACES_METHOD
 from detector.service.process import running_service
 from detector.settings.config import parse_config
 
@@ -64,6 +66,12 @@ def _outage(clickhouse_url: str, tmp_path, caplog, mode: Mode) -> None:
                 started = time.monotonic()
                 refused = otlp.post("/v1/traces", content=body, headers={"Content-Type": PROTOBUF})
                 refused_after = time.monotonic() - started
+            with grpc.insecure_channel(eps.otlp_grpc) as channel:
+                export = channel.unary_unary(TRACES_METHOD, request_serializer=None, response_deserializer=None)
+                started = time.monotonic()
+                with pytest.raises(grpc.RpcError) as grpc_refused:
+                    export(body, timeout=ANSWERED_WITHIN)
+                grpc_after = time.monotonic() - started
             stale, slowest = [], 0.0
             while time.monotonic() - down_at < OUTAGE_SECONDS:
                 value, took = _check(api)
@@ -89,6 +97,8 @@ def _outage(clickhouse_url: str, tmp_path, caplog, mode: Mode) -> None:
     # the receiver: refused, retryable, at once (or within the hung server's query timeout), never a success
     assert refused.status_code == 503 and refused.headers.get("Retry-After"), refused.text
     assert refused_after < QUERY_TIMEOUT + 5
+    assert grpc_refused.value.code() == grpc.StatusCode.UNAVAILABLE, grpc_refused.value
+    assert grpc_after < QUERY_TIMEOUT + 5
     assert senders.statuses.get(503, 0) > 0, senders.statuses
     assert set(senders.statuses) <= {200, 503}, senders.statuses
     # /v1/check: answered throughout, from memory, saying its decisions are getting older, then fresh again
