@@ -8,9 +8,9 @@ and each admin action would queue for that timeout, one after another, and a sen
 So the first statement that fails on the transport (no answer, a refused or dropped connection: not an error the
 server answered) marks the server *unreachable*. From then on statements fail at once with
 :class:`StoreUnreachable` (a :class:`~detector.storage.transport.StoreError`: the receivers answer 503, the
-detection cycle waits and retries), except that one caller every :data:`PROBE_INTERVAL_SECONDS` first probes the
-server (``GET /ping``, bounded by :data:`PROBE_TIMEOUT_SECONDS`); the first probe answered closes the breaker and
-that caller's statement runs. An error the server answered (a syntax error, a refused value) says nothing about
+detection cycle waits and retries), while a probe in the background asks the server every
+:data:`PROBE_INTERVAL_SECONDS` (``GET /ping``, bounded by :data:`PROBE_TIMEOUT_SECONDS`; started by a caller's
+attempt, never run in its time); the first probe answered closes the breaker, and the next statement runs. An error the server answered (a syntax error, a refused value) says nothing about
 reachability and never opens it.
 """
 
@@ -55,26 +55,39 @@ class Breaker:
         self._lock = threading.Lock()
         self._state = BreakerState(False)
         self._next_probe = 0.0
+        self._probing = False
 
     @property
     def state(self) -> BreakerState:
         return self._state
 
     def admit(self) -> str | None:
-        """Before a statement: None when it may run, else why it must fail at once (the server is unreachable and
-        this caller's probe, if it was its turn, got no answer)."""
+        """Before a statement: None when it may run, else why it must fail at once. While the server is unreachable
+        every caller fails at once; a probe runs in the background every PROBE_INTERVAL_SECONDS, never in a caller's
+        time (a hung server would hold it for the probe's timeout), and closes the breaker when answered."""
         state = self._state
         if not state.unreachable:
             return None
         with self._lock:
             now = self._clock()
-            if now < self._next_probe:
-                return state.reason
-            self._next_probe = now + PROBE_INTERVAL_SECONDS  # this caller probes; the others fail at once meanwhile
-        if self._ping(PROBE_TIMEOUT_SECONDS):
-            self.closed()
-            return None
+            due = now >= self._next_probe and not self._probing
+            if due:
+                self._next_probe = now + PROBE_INTERVAL_SECONDS
+                self._probing = True
+        if due:
+            threading.Thread(target=self._probe, name="store-probe", daemon=True).start()
         return state.reason
+
+    def _probe(self) -> None:
+        try:
+            answered = self._ping(PROBE_TIMEOUT_SECONDS)
+        except Exception:  # a probe that fails in any way is a server not answering
+            answered = False
+        finally:
+            with self._lock:
+                self._probing = False
+        if answered:
+            self.closed()
 
     def opened(self, reason: str) -> None:
         """A statement failed on the transport: the server is unreachable (from now, if it was not already)."""
