@@ -4,7 +4,7 @@ stops listening (the server stopped: connection refused) or accepts and never an
 
 While the server is away: the receivers answer 503 with Retry-After (gRPC: UNAVAILABLE) (never a hang, never a success), ``/v1/check``
 keeps answering from memory and says how old its decisions are (``stale_seconds``, growing; ``/metrics``,
-``/healthz``), the detection cycles fail and back off, logged once. When it is back: every request the senders
+``/healthz``), the detection cycles fail and back off, logged once, and the receivers' refusals are logged once. When it is back: every request the senders
 retried is acknowledged, and every span acknowledged is stored once and every call scored once (no gap, nothing
 twice); ``stale_seconds`` drops.
 """
@@ -118,6 +118,10 @@ def _outage(clickhouse_url: str, tmp_path, caplog, mode: Mode) -> None:
     assert sum("detection cycles failing" in m for m in messages) == 1, messages
     assert sum("detection cycles resumed" in m for m in messages) == 1, messages
     assert not any("detection cycle failed" in m for m in messages)
+    # and the receivers: the first refusal of the run in full, the others counted, one line when acknowledged again
+    ingest = [r.getMessage() for r in caplog.records if r.name.startswith("loop_detector.ingest")]
+    assert sum("not acknowledged" in m for m in ingest) == 1, ingest
+    assert sum("acknowledged again after" in m for m in ingest) == 1, ingest
 
 
 def test_server_stopped_then_back(clickhouse_url, tmp_path, caplog):
