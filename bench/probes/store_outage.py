@@ -19,15 +19,18 @@ the server's return to every acknowledged call scored and fresh decisions, the l
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 from support.clickhouse_server import PASSWORD
 from support.otlp_load import Request, audit_store
 from support.otlp_senders import PROTOBUF, chat_spans, encode, new_conversation, trace_hex
@@ -149,6 +152,18 @@ def _told(counts: dict[str | int, int]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
 
+def _by_message(lines: list[str]) -> str:
+    """The log lines by message (digits masked), the most frequent first: what an operator reads during an outage."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        try:
+            message = str(orjson.loads(line).get("message", ""))
+        except orjson.JSONDecodeError:
+            message = line.strip()
+        counts[re.sub(r"\d+(\.\d+)?", "N", message)[:70]] += 1
+    return "; ".join(f"{n} x '{m}'" for m, n in counts.most_common(4))
+
+
 def _one(mode: Mode, label: str, base: Path) -> list[str]:
     # the stand-in server (tests/support/clickhouse_server.py), its store kept at hand for the audit
     audit_store_client = ChdbStore(base / f"clickhouse-{mode}")
@@ -210,6 +225,7 @@ def _one(mode: Mode, label: str, base: Path) -> list[str]:
         row("server back to every acknowledged call scored, decisions fresh (stale < 2 s)",
             round(caught_up, 1) if caught_up is not None else f"not within {CATCH_UP_LIMIT:.0f} s", "s"),
         row("log lines during the outage (all) / 'detection cycles failing'", f"{len(outage_lines)} / {failing}"),
+        row("the most frequent of them", _by_message(outage_lines)),
         row("/v1/check p99, before (baseline)", round(base_p99, 2), "ms", "1.00"),
         row("/v1/check p99, during the outage", round(_p99(outage.check_ms), 2), "ms",
             f"{_p99(outage.check_ms) / base_p99:.2f}" if base_p99 else ""),
