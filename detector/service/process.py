@@ -246,6 +246,8 @@ class Service:
 
     # -- scheduling -----------------------------------------------------------------------------
     def _evict(self) -> None:
+        if self.freshness.failing_cycles:  # the store fails: eviction would drop states it cannot mark (deferred)
+            return
         try:
             self.job.evict()
             timeout_us = self.config.loop_detection.session_timeout_minutes * 60 * 10**6
