@@ -75,7 +75,7 @@ class Breaker:
                 self._next_probe = now + PROBE_INTERVAL_SECONDS
                 self._probing = True
         if due:
-            threading.Thread(target=self._probe, name="store-probe", daemon=True).start()
+            threading.Thread(target=self._probe, name=_PROBE_THREAD, daemon=True).start()
         return state.reason
 
     def _probe(self) -> None:
@@ -103,18 +103,25 @@ class Breaker:
                 self._state = BreakerState(False)
 
 
+_PROBE_THREAD = "store-probe"
+
+
 class _DriverTracebacks(logging.Filter):
-    """clickhouse-connect logs a warning with a traceback for every request that fails on the transport: while the
-    server is down that is one per statement. The failure reaches the caller as a StoreError, logged by it once."""
+    """clickhouse-connect logs a warning with a traceback for every request that fails on the transport, and urllib3
+    one for each retry of the probe's ``/ping``: while the server is down, a line per statement and a line a second.
+    The failure reaches the caller as a StoreError, logged by it once per run (the detector's cycles, the receivers)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("urllib3"):
+            return threading.current_thread().name != _PROBE_THREAD
         return not record.getMessage().startswith("Unexpected Http Driver Exception")
 
 
 def quiet_driver_tracebacks() -> None:
-    logger = logging.getLogger("clickhouse_connect.driver._backend.http_sync")
-    if not any(isinstance(f, _DriverTracebacks) for f in logger.filters):
-        logger.addFilter(_DriverTracebacks())
+    for name in ("clickhouse_connect.driver._backend.http_sync", "urllib3.connectionpool"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DriverTracebacks) for f in logger.filters):
+            logger.addFilter(_DriverTracebacks())
 
 
 def transport_failure(exc: BaseException) -> bool:
