@@ -414,6 +414,7 @@ PROBES = {"kill9": probe_kill9, "sigterm": probe_sigterm, "poison": probe_poison
 MODULE_PROBES: dict[str, str] = {
     "diskfull": "probes.disk_full",
     "overload": "probes.overload",
+    "outage": "probes.store_outage",
 }
 
 

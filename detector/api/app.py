@@ -77,6 +77,10 @@ class DecisionOut(BaseModel):
     delay_seconds: float = Field(0.0, description="for throttle: how long to wait before the call")
     instruction: str = Field("", description="for inject: the text to add to the system prompt")
     session_id: str = ""
+    stale_seconds: float = Field(0.0, description=(
+        "how old the decisions are: seconds since the start of the last detection cycle that succeeded (calls "
+        "stored since are not in them yet). Under one cycle interval plus a cycle's duration when the detector "
+        "keeps up; growing while cycles fail (the store unreachable), the decision then being the last one known"))
     evidence: Evidence = Field(EVIDENCE_NONE, description=(
         "what the decision rests on: exact (normalized content identity: the same call with the same result, the "
         "same error, the same reply), fuzzy (reworded or shifted, nothing new back), sizes (content capture off: "
@@ -93,6 +97,7 @@ class BlockedError(BaseModel):
     scope: str = ""
     rule_name: str = ""
     evidence: Evidence = EVIDENCE_NONE
+    stale_seconds: float = Field(0.0, description="as in a 200 answer: the age of the decisions, in seconds")
 
 
 class BlockedOut(BaseModel):
@@ -242,14 +247,18 @@ class Health(BaseModel):
         "where this service receives OTLP/HTTP, as its startup line says it: the base URL (spans to "
         "<otlp_http>/v1/traces); its port is the one to use with the host this API was reached on"))
     otlp_grpc: str = Field("", description="host:port of the OTLP/gRPC receiver ('' when it is off)")
+    stale_seconds: float = Field(0.0, description="the age of the decisions /v1/check serves (as in its answers)")
+    detector_behind: str = Field("", description=(
+        "'' while detection cycles succeed; else why they fail and since when (the API still answers, from the last "
+        "decisions)"))
 
 
-def decision_payload(d: Decision, session_id: str) -> dict[str, Any]:
+def decision_payload(d: Decision, session_id: str, stale_seconds: float = 0.0) -> dict[str, Any]:
     return {
         "action": d.action, "level": d.level, "confidence": d.confidence, "dominant_signal": d.dominant_signal,
         "detector": d.detector, "scope": d.scope, "reason": d.reason, "rule_name": d.rule_name,
         "delay_seconds": d.delay_seconds, "instruction": d.instruction, "session_id": session_id,
-        "evidence": d.evidence,
+        "evidence": d.evidence, "stale_seconds": round(stale_seconds, 3),
     }
 
 
@@ -257,13 +266,16 @@ def _json(content: Any, status: int = 200, headers: dict[str, str] | None = None
     return Response(orjson.dumps(content), status_code=status, media_type="application/json", headers=headers)
 
 
-def enforcement_answer(d: Decision, session_id: str) -> tuple[int, dict[str, str], bytes]:
-    """200 with the decision (plus ``x-loop-warning`` from warn up), or 429 with the spec's body."""
+def enforcement_answer(d: Decision, session_id: str, stale_seconds: float = 0.0) -> tuple[int, dict[str, str], bytes]:
+    """200 with the decision (plus ``x-loop-warning`` from warn up), or 429 with the spec's body; both say how old
+    the decisions are (``stale_seconds``)."""
     headers = {WARNING_HEADER: warning_header(d)} if d.action != ACTION_ALLOW else {}
     if d.action == ACTION_BLOCK:
         headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return 429, headers, orjson.dumps(block_body(d, session_id))
-    return 200, headers, orjson.dumps(decision_payload(d, session_id))
+        body = block_body(d, session_id)
+        body["error"]["stale_seconds"] = round(stale_seconds, 3)  # type: ignore[index]
+        return 429, headers, orjson.dumps(body)
+    return 200, headers, orjson.dumps(decision_payload(d, session_id, stale_seconds))
 
 
 def check_answer(service: ServicePort, raw: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -283,7 +295,7 @@ def check_answer(service: ServicePort, raw: bytes) -> tuple[int, dict[str, str],
         log.error("pending call could not be checked (%s); deciding without it", type(exc).__name__)
         d = service.enforcer.decide(session_id, body.trace_id or None, body.virtual_key or None,
                                     body.feature or None)
-    return enforcement_answer(d, session_id)
+    return enforcement_answer(d, session_id, service.freshness.stale_seconds())
 
 
 class FastCheck:
@@ -344,9 +356,11 @@ def create_api(service: ServicePort) -> FastAPI:
     def healthz() -> Health:
         job, endpoints = service.job, service.endpoints
         reasons = service.degraded_reasons()
+        fresh = service.freshness.view()
         return Health(status="degraded" if reasons else "ok", reasons=reasons, version=__version__,
                       watermark_us=job.watermark_us, cycles=job.cycles, last_cycle_seconds=job.last_cycle_seconds,
-                      otlp_http=endpoints.otlp if endpoints else "", otlp_grpc=endpoints.otlp_grpc if endpoints else "")
+                      otlp_http=endpoints.otlp if endpoints else "", otlp_grpc=endpoints.otlp_grpc if endpoints else "",
+                      stale_seconds=round(fresh.stale_seconds, 3), detector_behind=fresh.note())
 
     reader = [Depends(require_reader)]
     unauthorized: dict[int | str, dict[str, Any]] = {
@@ -395,7 +409,7 @@ def create_api(service: ServicePort) -> FastAPI:
         session_id = session_id or service.enforcer.session_of(trace_id or "")
         d = service.enforcer.decide(session_id, trace_id or None, virtual_key or None, feature or None)
         headers = {WARNING_HEADER: warning_header(d)} if d.action != ACTION_ALLOW else None
-        return _json(decision_payload(d, session_id), 200, headers)
+        return _json(decision_payload(d, session_id, service.freshness.stale_seconds()), 200, headers)
 
     @app.get("/v1/blocklist", response_model=BlocklistOut, tags=["enforcement"], dependencies=reader,
              responses={304: {"description": "not modified (If-None-Match matched the ETag)"}, **unauthorized})

@@ -56,6 +56,9 @@ log = logging.getLogger("loop_detector.clickhouse_http")
 
 USER = "default"
 DISPLAY_NAME = "loop-detector"
+# The insert settings the test-only write path applies, as a server would: the detector's retried writes carry a
+# deduplication token, and a retry of an insert that reached the store (its answer lost) must be stored once.
+INSERT_SETTINGS = frozenset({"insert_deduplication_token"})
 # URL parameters of ClickHouse's HTTP handler that are not settings (HTTPHandler.cpp, reserved_param_names).
 RESERVED_PARAMS = frozenset({
     "query", "compress", "decompress", "user", "password", "quota_key", "query_id", "stacktrace", "role",
@@ -290,7 +293,8 @@ class _Endpoint:
         try:
             if m:
                 data = text[len(m.group(0).encode("latin-1")):]
-                await run_in_threadpool(self._insert, m, data, query_params)
+                settings = {k: v for k, v in request.query_params.items() if k in INSERT_SETTINGS}
+                await run_in_threadpool(self._insert, m, data, query_params, settings)
             else:
                 prepared = prepare(text.decode("utf-8", "replace"), {}, read_only=False)
                 await run_in_threadpool(self.store.raw, prepared.sql, prepared.fmt or "TabSeparated", query_params,
@@ -299,7 +303,8 @@ class _Endpoint:
             raise _error_from_store(exc) from None
         return self._respond(request, b"", "TabSeparated", query_id, RawResult(b""), False)
 
-    def _insert(self, m: re.Match[str], data: bytes, query_params: dict[str, str]) -> None:
+    def _insert(self, m: re.Match[str], data: bytes, query_params: dict[str, str],
+                settings: dict[str, str] | None = None) -> None:
         table, fmt = m.group("table").replace("`", "").replace('"', ""), m.group("fmt")
         if fmt.lower() in ("arrow", "arrowstream", "parquet"):
             import pyarrow as pa
@@ -312,7 +317,7 @@ class _Endpoint:
             else:
                 arrow = pa.ipc.open_stream(pa.BufferReader(data)).read_all()
             if arrow.num_rows:
-                self.store.insert_arrow(table, arrow)
+                self.store.insert_arrow(table, arrow, settings or None)
             return
         if fmt.lower().startswith(("native", "rowbinary")):
             raise ClickHouseError(48, "NOT_IMPLEMENTED", f"INSERT in {fmt} is not supported here: use Arrow or a text "

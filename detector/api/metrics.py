@@ -11,7 +11,9 @@ The ``virtual_key`` label is bounded (:class:`KeyLabels`): keys with an override
 spans, so one label set per key grew without bound (50,000 keys: a 117 MB scrape, +918 MB of memory).
 * ``loop_sessions_active`` / ``loop_sessions_evicted_total``;
 * ``loop_ingest_spans_total{result}`` accepted / rejected spans;
-* ``loop_detector_cycle_seconds`` histogram, ``loop_detector_watermark_lag_seconds``, ``loop_detector_calls_scored_total``.
+* ``loop_detector_cycle_seconds`` histogram, ``loop_detector_watermark_lag_seconds``, ``loop_detector_calls_scored_total``;
+* ``loop_detector_decisions_stale_seconds``: the age of the decisions ``/v1/check`` serves (its ``stale_seconds``),
+  and ``loop_detector_cycle_failures_total`` / ``loop_detector_cycles_failing`` (failed cycles; the current run).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from detector.settings.vocabulary import EVENT_ESCALATION, EVENT_RULE, SCOPE_SES
 
 if TYPE_CHECKING:
     from detector.core.engine import CycleOutput
+    from detector.detection.freshness import Freshness
     from detector.detection.job import CycleStats, DetectorJob
 
 __all__ = ["CONFIDENCE_BUCKETS", "KeyLabels", "Metrics", "OTHER_KEYS"]
@@ -63,8 +66,10 @@ CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 class _LiveCollector(Collector):
     """Gauges and counters read at scrape time from the live objects."""
 
-    def __init__(self, job: DetectorJob, ingest_counts: Callable[[], tuple[int, int]], key_labels: KeyLabels) -> None:
+    def __init__(self, job: DetectorJob, ingest_counts: Callable[[], tuple[int, int]], key_labels: KeyLabels,
+                 freshness: Freshness | None) -> None:
         self.job = job
+        self.freshness = freshness
         self.ingest_counts = ingest_counts
         self.key_labels = key_labels
 
@@ -87,11 +92,21 @@ class _LiveCollector(Collector):
         yield folded
         yield GaugeMetricFamily("loop_detector_watermark_us", "The detector's watermark (unix microseconds)",
                                 value=self.job.watermark_us)
+        if self.freshness is not None:
+            fresh = self.freshness.view()
+            yield GaugeMetricFamily("loop_detector_decisions_stale_seconds", "Seconds since the start of the last "
+                                    "detection cycle that succeeded: the age of the decisions /v1/check serves",
+                                    value=fresh.stale_seconds)
+            yield GaugeMetricFamily("loop_detector_cycles_failing", "Consecutive failed detection cycles (0: current)",
+                                    value=fresh.failing_cycles)
+            failures = CounterMetricFamily("loop_detector_cycle_failures", "Detection cycles that failed")
+            failures.add_metric([], self.freshness.failures_total)
+            yield failures
 
 
 class Metrics:
     def __init__(self, job: DetectorJob, ingest_counts: Callable[[], tuple[int, int]],
-                 key_labels: KeyLabels | None = None) -> None:
+                 key_labels: KeyLabels | None = None, freshness: Freshness | None = None) -> None:
         self.key_labels = key_labels if key_labels is not None else KeyLabels(lambda: (), lambda: 0)
         self.registry = CollectorRegistry()
         self.confidence = Histogram("loop_confidence_score", "Per-call session confidence", ["virtual_key"],
@@ -104,7 +119,7 @@ class Metrics:
         self.calls_scored = Counter("loop_detector_calls_scored", "LLM calls scored", registry=self.registry)
         self.rule_trips = Counter("loop_rule_trips", "Rule detector trips", ["detector", "action", "mode"],
                                   registry=self.registry)
-        self.registry.register(_LiveCollector(job, ingest_counts, self.key_labels))
+        self.registry.register(_LiveCollector(job, ingest_counts, self.key_labels, freshness))
 
     def observe_cycle(self, out: CycleOutput, stats: CycleStats) -> None:
         self.cycle_seconds.observe(stats.seconds)

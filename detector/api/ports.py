@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from detector.api.metrics import Metrics
+from detector.detection.freshness import Freshness
 from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
 from detector.enforcement.policy import PolicyOverrides
@@ -84,6 +85,9 @@ class ServicePort(Protocol):
 
     @property
     def job(self) -> DetectionStatus: ...
+
+    @property
+    def freshness(self) -> Freshness: ...  # how old the decisions are, whether cycles fail now
 
     @property
     def enforcer(self) -> Enforcer: ...

@@ -32,7 +32,6 @@ from detector.core.decisions import Decision, DecisionBook
 from detector.core.engine import CycleOutput, Engine
 from detector.core.models import Call
 from detector.core.scope_state import ScopeState
-from detector.detection.cycle_write import CycleWrite
 from detector.detection.engine_config import engine_tuning
 from detector.detection.gc_policy import CollectorPolicy
 from detector.settings.config import AppConfig
@@ -41,7 +40,7 @@ from detector.storage.budget_totals import load_totals, save_totals
 from detector.storage.normalization import SELECT_NOW_US, Normalization
 from detector.storage.persisted_scopes import SELECT_STORED_SCOPES, Key, StoredIndex
 from detector.storage.tables import decision_table, event_table, score_table, state_table
-from detector.storage.transport import Store, StoreError, error_code, insert_rows
+from detector.storage.transport import Store, insert_rows
 
 __all__ = [
     "CycleStats", "DELETE_CHUNK", "DetectorJob", "OVER_CAPACITY", "UNSAVED_MERGE_AT", "Versioner",
@@ -108,6 +107,22 @@ class CycleStats:
     phases: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _CycleWrites:
+    """What a cycle writes once the engine has scored its calls: kept until it is all stored."""
+
+    replay: bool
+    start_us: int
+    cutoff_us: int
+    version: int
+    out: CycleOutput
+    scores: Any
+    events: Any
+    announced: list[dict[str, Any]]
+    decisions: Any
+    rebound: list[str]
+
+
 class Versioner:
     """Strictly increasing versions for ReplacingMergeTree rows (microseconds, bumped on collision)."""
 
@@ -155,7 +170,7 @@ class DetectorJob:
         index, count = self.shard
         self.normalization = Normalization(store, index, count)  # staged spans to calls, and the calls read
         self.rerun_cutoff_us = 0  # a cycle killed while writing: run again over (watermark, this] after a restart
-        self.unwritten: CycleWrite | None = None  # a scored range whose writes failed: written again first
+        self.unwritten: _CycleWrites | None = None  # a cycle scored in memory whose writes failed: retried first
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -205,8 +220,7 @@ class DetectorJob:
     # -- one cycle ------------------------------------------------------------------------------
     def run_cycle(self) -> CycleStats:
         with self.lock, self.collector.cycle():
-            if self.unwritten is not None:  # the last cycle scored a range and could not write it: that first
-                self._write(self.unwritten)
+            self._retry_unwritten()
             if self.processed_us > self.watermark_us:
                 self._cycle(self.processed_us, replay=True)
             if self.rerun_cutoff_us:  # the cycle a crash interrupted, over the same range, with the same tokens
@@ -240,76 +254,95 @@ class DetectorJob:
         out = self.engine.process(calls, now_us=now_us)
         scored = time.perf_counter()
         self._remember_unsaved(out.dirty)
-        token = f"{self._shard_key}:{self.watermark_us}:{cutoff}"
         version = self.version()
-        announced = self.engine.budgets.drain_events() if not replay else []  # the API's, not replayable
-        out.events.extend(announced)
-        write = CycleWrite(
-            out=out, cutoff=cutoff, token=token, replay=replay, version=version, now_us=now_us,
-            newest_us=max((c.inserted_us for c in calls), default=cutoff), calls_read=len(calls), started=started,
-            phases={"transform": transformed - started, "read": read - transformed, "score": scored - read},
+        writes = _CycleWrites(
+            replay=replay, start_us=self.watermark_us, cutoff_us=cutoff, version=version, out=out,
             scores=score_table(out.scores) if not replay and len(out.scores) else None,
-            events=event_table(out.events[:len(out.events) - len(announced)])
-            if not replay and len(out.events) > len(announced) else None,
-            announced=event_table(announced) if announced else None,
-            decisions=decision_table(out.decisions, version) if out.decisions else None)
-        self.unwritten = write  # until it is written: the next cycle writes it again rather than score anew
-        return self._write(write)
+            events=event_table(out.events) if not replay and out.events else None,
+            # exhaustions the API announced: not replayable, so kept with the writes until they are stored
+            announced=self.engine.budgets.drain_events() if not replay else [],
+            decisions=decision_table(out.decisions, version) if out.decisions else None,
+            rebound=[trace_id for trace_id, _ in out.rebound])
+        # From here the engine holds these calls: until the writes are stored, every later cycle first retries them
+        # (the same range, the same deduplication tokens), never reads the calls again (_retry_unwritten).
+        self.unwritten = writes
+        self._write(writes)
+        written = time.perf_counter()
+        try:
+            self._maybe_checkpoint(now_us)
+        except Exception:  # the cycle's writes are stored: its observers (webhooks, metrics) still see it
+            if not replay:
+                self._observe(out, CycleStats(calls_read=len(calls), calls_scored=out.calls_scored,
+                                              events=len(out.events), watermark_us=cutoff))
+            raise
+        newest = max((c.inserted_us for c in calls), default=cutoff)
+        ended = time.perf_counter()
+        stats = CycleStats(
+            calls_read=len(calls), calls_scored=out.calls_scored, events=len(out.events),
+            seconds=ended - started, watermark_us=cutoff, lag_seconds=max(0.0, (now_us - newest) / 1e6),
+            phases={"transform": transformed - started, "read": read - transformed, "score": scored - read,
+                    "write": written - scored, "checkpoint": ended - written},
+        )
+        if replay:
+            return stats
+        self.last_stats = stats
+        self._observe(out, stats)
+        return stats
 
-    def _write(self, w: CycleWrite) -> CycleStats:
-        """Write a scored range and move the watermark (raises while the store fails; ``unwritten`` keeps it)."""
-        w.attempts += 1
-        writing = time.perf_counter()
+    def _write(self, w: _CycleWrites) -> None:
+        """A cycle's writes, then its watermark; idempotent, so that a cycle whose writes failed part-way (the store
+        went away) retries them all: scores and events carry a token naming the range (stored once), decisions and
+        meta rows are versioned replacements."""
+        token = f"{self._shard_key}:{w.start_us}:{w.cutoff_us}"
         with self.store.exclusive():
             if not w.replay:
                 insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
-                                                            "value": f"{self.watermark_us}:{w.cutoff}",
+                                                            "value": f"{w.start_us}:{w.cutoff_us}",
                                                             "version": self.version()}])
                 if w.scores is not None:
                     self.store.insert_arrow("otel.loop_scores", w.scores,
-                                            {"insert_deduplication_token": "scores:" + w.token})
+                                            {"insert_deduplication_token": "scores:" + token})
                 if w.events is not None:
                     self.store.insert_arrow("otel.loop_events", w.events,
-                                            {"insert_deduplication_token": "events:" + w.token})
-                if w.announced is not None:
-                    self.store.insert_arrow("otel.loop_events", w.announced,
-                                            {"insert_deduplication_token": "announced:" + w.token})
+                                            {"insert_deduplication_token": "events:" + token})
+                if w.announced:
+                    self.store.insert_arrow("otel.loop_events", event_table(w.announced),
+                                            {"insert_deduplication_token": "announced:" + token})
+                    w.out.events.extend(w.announced)
+                    w.announced = []
             if w.decisions is not None:
                 self.store.insert_arrow("otel.loop_decisions", w.decisions)
-            if w.out.rebound:
-                self._withdraw_fallback_sessions([trace_id for trace_id, _ in w.out.rebound], w.version)
+            if w.rebound:
+                self._withdraw_fallback_sessions(w.rebound, w.version)
             self.book.put(w.out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
             if not w.replay:
                 insert_rows(self.store, "otel.loop_meta",
-                            [{"key": self._meta_key("watermark"), "value": str(w.cutoff), "version": self.version()}])
-                self.processed_us = w.cutoff
-            self.watermark_us = w.cutoff
+                            [{"key": self._meta_key("watermark"), "value": str(w.cutoff_us), "version": self.version()}])
+            self.watermark_us = w.cutoff_us
+            if not w.replay:
+                self.processed_us = w.cutoff_us
         self.unwritten = None
-        if w.attempts > 1:
-            log.info("detection cycle's writes done after %d attempts; detection resumes", w.attempts,
-                     extra={"watermark_us": w.cutoff})
-        written = time.perf_counter()
-        try:
-            self._maybe_checkpoint(w.now_us)
-        except StoreError as exc:  # the scores are written: observers still run; the checkpoint is retried
-            log.error("checkpoint failed (%s); retried at the next cycle", type(exc).__name__,
-                      extra={"code": error_code(exc)})
-        ended = time.perf_counter()
-        stats = CycleStats(
-            calls_read=w.calls_read, calls_scored=w.out.calls_scored, events=len(w.out.events),
-            seconds=ended - w.started, watermark_us=w.cutoff, lag_seconds=max(0.0, (w.now_us - w.newest_us) / 1e6),
-            phases={**w.phases, "write": written - writing, "checkpoint": ended - written},
-        )
-        if w.replay:
-            return stats
-        self.last_stats = stats
+
+    def _retry_unwritten(self) -> None:
+        """The writes of a cycle that failed after the engine had scored its calls, retried before anything else
+        (the engine must not read those calls twice: a call scored twice would count as its own repeat)."""
+        w = self.unwritten
+        if w is None:
+            return
+        self._write(w)
+        if not w.replay:
+            self._observe(w.out, CycleStats(calls_scored=w.out.calls_scored, events=len(w.out.events),
+                                            watermark_us=w.cutoff_us))
+
+    def _observe(self, out: CycleOutput, stats: CycleStats) -> None:
+        if not stats.seconds:
+            stats.seconds = self.last_stats.seconds
         self.cycles += 1
         for observer in self.on_cycle:
             try:
-                observer(w.out, stats)
+                observer(out, stats)
             except Exception:  # an observer (metrics, logs, webhooks) must never break detection
                 log.exception("cycle observer failed")
-        return stats
 
     def _withdraw_fallback_sessions(self, trace_ids: list[str], version: int) -> None:
         """Traces whose session became known late: the session scopes they were scored under until then (keyed by
@@ -333,8 +366,6 @@ class DetectorJob:
     def checkpoint(self) -> int:
         """Persist the state of every scope changed since the last checkpoint, with its watermark."""
         with self.lock:
-            if self.unwritten is not None:  # the engine's state is ahead of the watermark until that range is written
-                return 0
             if self.watermark_us <= self.checkpoint_us and not self.unsaved:
                 return 0
             version = self.version()

@@ -24,6 +24,8 @@ rather than queue in memory), Envoy's overload manager (shed new work before res
 - **detector behind** (``ingest.max_detector_behind_seconds``): how long ago the oldest acknowledged commit that no
   detection cycle has read yet was acknowledged (the detector's watermark, :meth:`Admission.committed`). Past it the
   detection cycle is behind: new requests are refused, so that what is accepted is scored within the decision lag.
+  While the detection cycles fail (``stalled``: a full disk, the store away), this bound is not applied: that is a
+  fault, not load, and the commit path answers it with its own cause (the free-space guard, the store unavailable).
 - **event loop delay** (``ingest.max_loop_delay_seconds``): how late the event loop runs a timer (the decaying
   maximum of :data:`LOOP_PROBE_SECONDS` probes). The enforcement API shares the loop, and the loop shares the GIL
   with the decoding, committing and detection threads: once their work makes it late, ``/v1/check`` waits as long.
@@ -143,13 +145,14 @@ class Admission:
     def __init__(self, max_inflight_bytes: int, max_commit_wait_seconds: float = 0.0,
                  max_detector_behind_seconds: float = 0.0, watermark: Callable[[], float] | None = None,
                  max_loop_delay_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, stalled: Callable[[], bool] = lambda: False) -> None:
         self.max_inflight_bytes = max_inflight_bytes
         self.max_commit_wait_seconds = max_commit_wait_seconds
         self.max_detector_behind_seconds = max_detector_behind_seconds
         self.max_loop_delay_seconds = max_loop_delay_seconds
         self.loop_delay = 0.0  # the decaying maximum of the event loop's delay (watch_loop)
         self.watermark = watermark
+        self.stalled = stalled
         self.clock = clock
         self.wall = wall
         self.inflight_bytes = 0
@@ -159,9 +162,10 @@ class Admission:
         self._unread: deque[float] = deque()  # unix times of acknowledged commits no cycle has read yet
 
     @classmethod
-    def from_settings(cls, settings: IngestSettings, watermark: Callable[[], float] | None = None) -> Admission:
+    def from_settings(cls, settings: IngestSettings, watermark: Callable[[], float] | None = None,
+                      stalled: Callable[[], bool] = lambda: False) -> Admission:
         return cls(settings.max_inflight_bytes, settings.max_commit_wait_seconds,
-                   settings.max_detector_behind_seconds, watermark, settings.max_loop_delay_seconds)
+                   settings.max_detector_behind_seconds, watermark, settings.max_loop_delay_seconds, stalled=stalled)
 
     # -- the receivers' interface ---------------------------------------------------------------------------------
     def admit(self, declared_bytes: int = 0) -> Ticket | Refusal:
@@ -233,7 +237,7 @@ class Admission:
             if waited > self.max_commit_wait_seconds:
                 return Refusal(REFUSED_WAIT, f"receiver overloaded: the oldest request has waited {waited:.1f} s for "
                                f"its commit (bound {self.max_commit_wait_seconds:g} s); retry later")
-        if self.max_detector_behind_seconds:
+        if self.max_detector_behind_seconds and not self.stalled():
             behind = self.detector_behind_seconds(forget=True)
             if behind > self.max_detector_behind_seconds:
                 return Refusal(REFUSED_DETECTOR, f"receiver overloaded: the detector is {behind:.1f} s behind the "

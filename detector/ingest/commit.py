@@ -43,12 +43,13 @@ import pyarrow as pa
 from detector.ingest.counters import IngestMetrics
 from detector.ingest.group_commit import MAX_GROUP_BYTES, GroupCommitter
 from detector.ingest.journal import Journal, JournaledBatch
+from detector.ingest.refusal_log import RefusalLog
 from detector.ingest.repair import TRACES_TABLE, Repair
 from detector.ingest.requests import CommitOutcome, DecodedRequest
 from detector.ingest.store_errors import StoreDown, safe_error
 from detector.settings.vocabulary import COMMIT_COMMITTED, COMMIT_RETRYABLE
 from detector.storage.disk_space import FreeSpace
-from detector.storage.transport import Store
+from detector.storage.transport import Store, StoreError
 
 __all__ = ["COMMIT_LINGER_SECONDS", "Committer", "RecoveryReport"]
 
@@ -95,6 +96,7 @@ class Committer:
         self.journal = Journal(journal_dir)
         self.remembered = self.journal.committed
         self.repair = Repair(store, self._insert_rows)
+        self.refusals = RefusalLog(log)  # the receivers' refusals for the store's sake, logged once per run
         self._group: GroupCommitter[DecodedRequest, CommitOutcome] = GroupCommitter(
             self._commit_group, lambda request: request.rows.nbytes, self._aborted,
             max_group_bytes=max_group_bytes, linger_seconds=linger_seconds)
@@ -192,7 +194,8 @@ class Committer:
     def _aborted(exc: BaseException) -> CommitOutcome:
         """A group whose worker was cancelled (shutdown) or failed (a bug): nothing of it is acknowledged."""
         reason = safe_error(exc)
-        log.error("OTLP group commit aborted: %s", reason)
+        # (the store unreachable: the receivers log the refusal, once per run; anything else is a bug, logged each time)
+        log.log(logging.DEBUG if isinstance(exc, StoreError) else logging.ERROR, "OTLP group commit aborted: %s", reason)
         return CommitOutcome(COMMIT_RETRYABLE, retry_reason=reason)
 
     def _commit_group(self, requests: list[DecodedRequest]) -> list[CommitOutcome]:
@@ -279,7 +282,7 @@ class Committer:
         try:
             refused = self.repair.resolve(requests, pending.batch.journaled_ns, error)
         except StoreDown as exc:
-            log.error("OTLP batch left pending: the store failed again (%s)", exc)
+            log.debug("OTLP batch left pending: the store failed again (%s)", exc)  # (its first failure is logged)
             return
         for i, request, mine in zip(todo, requests, refused, strict=True):
             self.metrics.store_rejected += len(mine)

@@ -173,9 +173,10 @@ class OTLPGrpcReceiver:
             self._decoded(ticket, decoded.rows)
             outcome = await self.traces.commit(decoded)
             if outcome.status == COMMIT_RETRYABLE:
-                log.error("OTLP/gRPC request not acknowledged: %s; %d spans (client will retry)",
-                          outcome.retry_reason, decoded.accepted)
+                self.traces.refusals.refused("OTLP/gRPC request not acknowledged: %s; %d spans (client will retry)",
+                                             outcome.retry_reason, decoded.accepted)
                 raise _Refused(grpc.StatusCode.UNAVAILABLE, outcome.retry_reason or "store unavailable", retry=True)
+            self.traces.refusals.acknowledged()
             if not outcome.duplicate:
                 self.metrics.spans_accepted += outcome.accepted
                 self.metrics.spans_rejected += outcome.rejected
@@ -276,7 +277,8 @@ class OTLPGrpcReceiver:
             await committer.commit(rows)
         except Exception as exc:
             reason = safe_error(exc)
-            log.error("OTLP/gRPC insert failed: %s; %d %s not acknowledged (client will retry)", reason, count, what)
+            self.traces.refusals.refused("OTLP/gRPC insert failed: %s; %d %s not acknowledged (client will retry)",
+                                         reason, count, what)
             raise _Refused(grpc.StatusCode.UNAVAILABLE, f"store unavailable: insert failed: {reason}",
                            retry=True) from None
 

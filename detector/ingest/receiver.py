@@ -311,10 +311,11 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
         ticket[0].decoded()
         outcome = await committer.commit(request_rows)
         if outcome.status == COMMIT_RETRYABLE:
-            log.error("OTLP request not acknowledged: %s; %d spans (client will retry)", outcome.retry_reason,
-                      request_rows.accepted)
+            committer.refusals.refused("OTLP request not acknowledged: %s; %d spans (client will retry)",
+                                       outcome.retry_reason, request_rows.accepted)
             return status_reply(503, media, CODE_UNAVAILABLE, outcome.retry_reason or "store unavailable",
                                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        committer.refusals.acknowledged()
         if not outcome.duplicate:
             metrics.spans_accepted += outcome.accepted
             metrics.spans_rejected += outcome.rejected
@@ -357,8 +358,8 @@ def create_otlp_app(store: Store, settings: IngestSettings, metrics: IngestMetri
                 await logs_committer.commit(rows)
             except Exception as exc:
                 reason = safe_error(exc)
-                log.error("OTLP logs insert failed: %s; %d records not acknowledged (client will retry)",
-                          reason, result.accepted)
+                committer.refusals.refused("OTLP logs insert failed: %s; %d records not acknowledged (client will "
+                                           "retry)", reason, result.accepted)
                 return status_reply(503, media, CODE_UNAVAILABLE, f"store unavailable: insert failed: {reason}",
                                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
         metrics.logs_accepted += result.accepted

@@ -12,6 +12,11 @@ each commit (:meth:`CycleLoop.nudge`), and a nudged loop starts the next cycle `
 (or when it ends, if it runs longer): new spans are read at once, and the cycle's fixed cost is paid at most once
 per ``min_interval``. Spans written by an OpenTelemetry Collector straight into ClickHouse are not seen arriving,
 so they keep the interval's schedule.
+
+A cycle that fails (the store unreachable, a disk full) is retried from the same watermark after a backoff that
+doubles from one interval up to :data:`MAX_BACKOFF_SECONDS`, nudges ignored meanwhile. The log says so once when
+cycles start failing and once when they succeed again, never once per attempt; :class:`Freshness` keeps the count
+and the decisions' age for the API.
 """
 
 from __future__ import annotations
@@ -21,9 +26,26 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["CycleLoop"]
+from detector.detection.freshness import Freshness
+from detector.storage.transport import StoreError
+
+__all__ = ["CycleLoop", "MAX_BACKOFF_SECONDS", "failure_reason"]
 
 log = logging.getLogger("loop_detector")
+
+# The longest wait between two attempts while cycles fail: a failed attempt on a store that is down costs almost
+# nothing (the server store fails fast: detector.storage.reachability), and the catch-up starts at most this long
+# after the store is back.
+MAX_BACKOFF_SECONDS = 5.0
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A cycle's failure in one short line: the type, and for the store's own errors the first line of the message
+    (cut: a store's message may quote a statement, never row content the detector reads)."""
+    if isinstance(exc, StoreError):
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first[:160]}"
+    return type(exc).__name__
 
 
 class CycleLoop:
@@ -32,8 +54,10 @@ class CycleLoop:
     the loop's sense of time, replaceable in tests."""
 
     def __init__(self, cycle: Callable[[], None], interval_seconds: float, min_interval_seconds: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, wait: Callable[[float], bool] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, wait: Callable[[float], bool] | None = None,
+                 freshness: Freshness | None = None) -> None:
         self.cycle = cycle
+        self.freshness = freshness if freshness is not None else Freshness(clock)
         self.interval_seconds = interval_seconds
         self.min_interval_seconds = interval_seconds if min_interval_seconds is None else min_interval_seconds
         self._clock = clock
@@ -51,6 +75,10 @@ class CycleLoop:
 
     def next_start(self, started: float, ended: float) -> float:
         """When the cycle after one that ran from ``started`` to ``ended`` starts, as things stand now."""
+        failing = self.freshness.failing_cycles
+        if failing:  # a bounded exponential backoff; new spans do not bring it forward
+            return ended + min(self.interval_seconds * 2 ** (failing - 1), max(MAX_BACKOFF_SECONDS,
+                                                                               self.interval_seconds))
         gap = self.interval_seconds
         if self._nudged.is_set():
             gap = min(gap, self.min_interval_seconds)
@@ -60,7 +88,6 @@ class CycleLoop:
         """The loop (the thread's target; in tests, called directly with a ``wait`` that stops it)."""
         start = self._clock()
         started = ended = None
-        failing = 0  # cycles failed in a row
         while True:
             while (delay := start - self._clock()) > 0:
                 if self._wait(delay) or self._stopped.is_set():
@@ -73,17 +100,29 @@ class CycleLoop:
             self._nudged.clear()
             try:
                 self.cycle()
-                if failing:
-                    log.info("detection cycles succeed again after %d failures", failing)
-                failing = 0
             except Exception as exc:  # keep the schedule alive; the next cycle retries from the same watermark
-                failing += 1
-                if failing == 1:  # the first with its traceback; then one line each (a full disk fails every cycle)
-                    log.exception("detection cycle failed")
-                else:
-                    log.error("detection cycle failed again (%d in a row): %s", failing, type(exc).__name__)
+                self._failed(exc)
+            else:
+                self._succeeded(started)
             ended = self._clock()
             start = self.next_start(started, ended)
+
+    def _failed(self, exc: Exception) -> None:
+        reason = failure_reason(exc)
+        if not self.freshness.failed(reason):
+            return
+        message = ("detection cycles failing (%s): retrying from the same watermark, every %.1f s at most after a "
+                   "backoff; /v1/check serves the last decisions meanwhile (stale_seconds)")
+        if isinstance(exc, StoreError):
+            log.error(message, reason, MAX_BACKOFF_SECONDS)
+        else:  # not the store: a bug, with its traceback (once)
+            log.exception(message, reason, MAX_BACKOFF_SECONDS)
+
+    def _succeeded(self, started: float) -> None:
+        cycles, seconds = self.freshness.succeeded(started)
+        if cycles:
+            log.info("detection cycles resumed after %d failed cycles over %.1f s; caught up to the watermark",
+                     cycles, seconds)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="detection-cycle", daemon=True)

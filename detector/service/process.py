@@ -31,6 +31,7 @@ from detector.api.app import create_api
 from detector.api.clickhouse_http import create_clickhouse_http_app
 from detector.api.metrics import KeyLabels, Metrics
 from detector.core.decisions import DecisionBook
+from detector.detection.freshness import Freshness
 from detector.detection.job import DetectorJob
 from detector.enforcement.enforcer import Enforcer
 from detector.enforcement.manual import ManualActions
@@ -172,7 +173,8 @@ class Service:
         self.preset = preset  # serve --preset: kept over the file's own `preset:` on every reload
         self.data_dir = Path(data_dir)
         private_directory(self.data_dir)
-        self.store = store or open_store(self.data_dir, config.store.url)
+        self.store = store or open_store(self.data_dir, config.store.url, config.store.connect_timeout_seconds,
+                                         config.store.query_timeout_seconds)
         apply_schema(self.store, cluster=config.store.cluster)
         self._apply_retention(config)
         self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
@@ -200,17 +202,20 @@ class Service:
                                    free_space=self.free_space)
         self.committer.recover()
         self.started_at = time.time()
+        self.freshness = Freshness()  # the decisions' age (as of the load above), and failing cycles
         self.metrics = Metrics(self.job, lambda: (self.ingest_metrics.spans_accepted,
                                                   self.ingest_metrics.spans_rejected),
-                               KeyLabels(lambda: self.config.virtual_keys, lambda: self.config.metrics.max_key_labels))
+                               KeyLabels(lambda: self.config.virtual_keys, lambda: self.config.metrics.max_key_labels),
+                               self.freshness)
         self.job.on_cycle.extend([self.metrics.observe_cycle, TransitionLogger(self.store)])
         self.webhooks: WebhookDispatcher | None = None
         self._start_webhooks(config)
         self.otlp_tokens = otlp_tokens(config)
         # overload: both receivers refuse past the same bounds, the detector's backlog included (its watermark,
-        # shifted by the configured lag: a span is read once the cutoff, now - lag, passes it)
+        # shifted by the configured lag: a span is read once the cutoff, now - lag, passes it), unless the cycles fail
         self.admission = Admission.from_settings(config.ingest, lambda: (
-            self.job.watermark_us / 1e6 + self.config.detector.watermark_lag_seconds))
+            self.job.watermark_us / 1e6 + self.config.detector.watermark_lag_seconds),
+            stalled=lambda: self.freshness.failing_cycles > 0)
         self.metrics.registry.register(AdmissionMetrics(self.admission))
         self.otlp_app = create_otlp_app(self.store, config.ingest, committer=self.committer,
                                         bearer_tokens=self.otlp_tokens, admission=self.admission)
@@ -257,6 +262,8 @@ class Service:
 
     # -- scheduling -----------------------------------------------------------------------------
     def _evict(self) -> None:
+        if self.freshness.failing_cycles:  # the store fails: eviction would drop states it cannot mark (deferred)
+            return
         try:
             self.job.evict()
             timeout_us = self.config.loop_detection.session_timeout_minutes * 60 * 10**6
@@ -266,7 +273,7 @@ class Service:
 
     def start_scheduler(self) -> None:
         self.cycles = CycleLoop(self.job.run_cycle, self.config.detector.interval_seconds,
-                                self.config.detector.min_interval_seconds)
+                                self.config.detector.min_interval_seconds, freshness=self.freshness)
         self.committer.on_committed = self.cycles.nudge  # new spans: a cycle soon, not at the next interval
         self.cycles.start()
         self.scheduler = BackgroundScheduler(daemon=True)

@@ -127,6 +127,13 @@ class MetricsSettings(StrictModel):
 class StoreSettings(StrictModel):
     url: str | None = None
     cluster: str | None = None
+    # (server store only) A server that takes longer than this to accept a connection is taken as down.
+    connect_timeout_seconds: int = Field(3, ge=1, le=300, description="server store: connection timeout")
+    # (server store only) The longest a statement may wait for the server's answer: a server that accepts and never
+    # answers holds a statement (and every caller queued behind it) this long, once; then the store fails fast
+    # (detector.storage.reachability). Longer than the slowest statement a cycle runs at your scale.
+    query_timeout_seconds: int = Field(30, ge=1, le=3600, description=(
+        "server store: the longest wait for an answer before the server is taken as unreachable"))
 
 
 class ApiSettings(StrictModel):

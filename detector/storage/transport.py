@@ -20,20 +20,23 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from detector.storage.reachability import Breaker, quiet_driver_tracebacks, transport_failure
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "CLICKHOUSE_URL_ENV", "ChdbStore", "MUTATION_WAIT_SECONDS", "RawResult", "SESSION_SETTINGS", "ServerStore", "Store",
-    "StoreError", "chdb_holder", "chdb_param", "error_code",
+    "CLICKHOUSE_URL_ENV", "CONNECT_TIMEOUT_SECONDS", "ChdbStore", "MUTATION_WAIT_SECONDS", "QUERY_TIMEOUT_SECONDS",
+    "RawResult", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError", "StoreUnreachable",
+    "chdb_holder", "chdb_param", "error_code",
     "encode_rows", "insert_rows", "open_store", "redact_url",
 ]
 
@@ -71,6 +74,14 @@ SELECT_UNFINISHED_MUTATIONS = """
 SELECT count() AS n, max(latest_fail_reason) AS reason FROM system.mutations
 WHERE database = {db:String} AND table = {table:String} AND NOT is_done
 """
+class StoreUnreachable(StoreError):
+    """The server store did not answer (refused, dropped, timed out), or is known not to since a recent failure."""
+
+
+# Seconds (clickhouse-connect takes whole seconds); the configured values are store.connect_timeout_seconds and
+# store.query_timeout_seconds (detector.settings.service_settings.StoreSettings says why these defaults).
+CONNECT_TIMEOUT_SECONDS = 3
+QUERY_TIMEOUT_SECONDS = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,9 +309,12 @@ class ChdbStore:
 
 
 class ServerStore:
-    """A ClickHouse server (or cluster) through clickhouse-connect's HTTP interface."""
+    """A ClickHouse server (or cluster) through clickhouse-connect's HTTP interface. Every wait is bounded
+    (``connect_timeout``, ``query_timeout``: seconds), and while the server is unreachable statements fail at once
+    (:mod:`detector.storage.reachability`)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, connect_timeout: int = CONNECT_TIMEOUT_SECONDS,
+                 query_timeout: int = QUERY_TIMEOUT_SECONDS) -> None:
         import clickhouse_connect
 
         self.url = url
@@ -310,63 +324,76 @@ class ServerStore:
         for logger in quiet.values():
             logger.setLevel(logging.ERROR)
         try:
-            self._client = clickhouse_connect.get_client(dsn=url, settings=dict(SESSION_SETTINGS))
+            self._client = clickhouse_connect.get_client(dsn=url, settings=dict(SESSION_SETTINGS),
+                                                         connect_timeout=connect_timeout,
+                                                         send_receive_timeout=query_timeout)
         except Exception as exc:
             raise StoreError(f"cannot reach ClickHouse at {redact_url(url)}: {_root_reason(exc)}") from exc
         finally:
             for name, logger in quiet.items():
                 logger.setLevel(levels[name])
+        quiet_driver_tracebacks()
         self._lock = threading.RLock()  # one client, one statement at a time (reentrant: exclusive())
+        self.breaker = Breaker(lambda timeout: bool(self._client.ping(timeout)))
+
+    @contextmanager
+    def _statement(self) -> Iterator[None]:
+        """Around one statement: fail at once while the server is unreachable; a failure on the transport marks it
+        so, an answer marks it reachable; every failure is a StoreError."""
+        refused = self.breaker.admit()
+        if refused is not None:
+            raise StoreUnreachable(f"ClickHouse unreachable: {refused}")
+        try:
+            with self._lock:
+                yield
+        except Exception as exc:
+            if transport_failure(exc):
+                reason = _root_reason(exc)
+                self.breaker.opened(reason)
+                raise StoreUnreachable(f"ClickHouse unreachable: {reason}") from exc
+            self.breaker.closed()
+            raise StoreError(str(exc)) from exc
+        self.breaker.closed()
 
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        try:
-            with self._lock:
-                self._client.command(sql, parameters=dict(params) if params else None)
-        except Exception as exc:
-            raise StoreError(str(exc)) from exc
+        with self._statement():
+            self._client.command(sql, parameters=dict(params) if params else None)
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        try:
-            with self._lock:
-                data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt="JSONEachRow")
-        except Exception as exc:
-            raise StoreError(str(exc)) from exc
+        with self._statement():
+            data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt="JSONEachRow")
         return _parse_json_lines(data)
 
     def insert_json(self, table: str, payload: bytes) -> None:
-        try:
-            with self._lock:
-                self._client.raw_insert(table, insert_block=payload, fmt="JSONEachRow")
-        except Exception as exc:
-            raise StoreError(str(exc)) from exc
+        with self._statement():
+            self._client.raw_insert(table, insert_block=payload, fmt="JSONEachRow")
 
     def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
-        try:
-            with self._lock:
-                self._client.insert_arrow(table, data, settings=dict(settings) if settings else None)
-        except Exception as exc:
-            raise StoreError(str(exc)) from exc
+        with self._statement():
+            self._client.insert_arrow(table, data, settings=dict(settings) if settings else None)
 
     def arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
-        try:
-            with self._lock:
-                return self._client.query_arrow(sql, parameters=dict(params) if params else None, use_strings=True)
-        except Exception as exc:
-            raise StoreError(str(exc)) from exc
+        with self._statement():
+            table: pa.Table = self._client.query_arrow(sql, parameters=dict(params) if params else None,
+                                                       use_strings=True)
+        return table
 
     def raw(self, sql: str, fmt: str, params: Mapping[str, str] | None = None,
             database: str | None = None) -> RawResult:
         if database and database != self._client.database:
             raise StoreError("the server store reads in its own database (Grafana connects to the server itself)")
-        try:
-            with self._lock:
-                data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt=fmt)
-        except Exception as exc:
-            raise StoreError(str(exc)) from exc
+        with self._statement():
+            data = self._client.raw_query(sql, parameters=dict(params) if params else None, fmt=fmt)
         return RawResult(data)
 
-    def exclusive(self) -> AbstractContextManager[Any]:
-        return self._lock
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        # (fails at once while the server is unreachable, rather than queueing behind a statement that waits for it)
+        refused = self.breaker.admit()
+        if refused is not None:
+            raise StoreUnreachable(f"ClickHouse unreachable: {refused}")
+        with self._lock:
+            yield
 
     def close(self) -> None:
         self._client.close()
@@ -391,9 +418,10 @@ def redact_url(url: str) -> str:
     return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-def open_store(data_dir: str | os.PathLike[str], url: str | None = None) -> Store:
+def open_store(data_dir: str | os.PathLike[str], url: str | None = None,
+               connect_timeout: int = CONNECT_TIMEOUT_SECONDS, query_timeout: int = QUERY_TIMEOUT_SECONDS) -> Store:
     """The server store when a URL is configured (or in the environment), else the embedded one."""
     url = url or os.environ.get(CLICKHOUSE_URL_ENV)
     if url:
-        return ServerStore(url)
+        return ServerStore(url, connect_timeout, query_timeout)
     return ChdbStore(data_dir)

@@ -96,6 +96,23 @@ def test_detector_behind_past_the_bound_refuses_until_a_cycle_reads_the_commits(
     busy.release()
 
 
+def test_a_detector_whose_cycles_fail_is_a_fault_not_load_and_refuses_nothing_by_itself():
+    """A full disk or a store away stops the cycles: the commit path answers with that cause (the free-space guard,
+    the store unavailable), not a "detector behind" that would hide it."""
+    clock, wall = Clock(), Clock()
+    failing = [True]
+    admission = Admission(10**9, max_detector_behind_seconds=0.5, watermark=lambda: 0.0, clock=clock, wall=wall,
+                          stalled=lambda: failing[0])
+    busy = admitted(admission)
+    admission.committed()
+    wall.now += 5.0  # 5 s unread, but the cycles fail
+    admitted(admission).release()
+    failing[0] = False  # they succeed again and the backlog is load: refused
+    refused = admission.admit()
+    assert isinstance(refused, Refusal) and refused.reason == REFUSED_DETECTOR
+    busy.release()
+
+
 def test_the_lag_bounds_never_refuse_a_request_that_finds_the_receivers_idle():
     wall = Clock()
     admission = Admission(10**9, max_detector_behind_seconds=0.5, watermark=lambda: 0.0, wall=wall,

@@ -124,3 +124,33 @@ def test_stop_ends_the_loop_thread():
     assert "detection-cycle" in {t.name for t in threading.enumerate()}
     loop.stop(timeout=10)
     assert "detection-cycle" not in {t.name for t in threading.enumerate()}
+
+
+def test_failing_cycles_back_off_to_a_bound_ignore_nudges_and_log_once_per_state_change(caplog):
+    """The store away for 8 attempts: retried after 1, 2, 4, then every 5 s (MAX_BACKOFF_SECONDS), a commit's nudge
+    not bringing the retry forward; one log line when cycles start failing, one when they resume; the decisions'
+    age (Freshness) grows while they fail and is back to the last cycle's start after."""
+    from detector.service.cycle_loop import MAX_BACKOFF_SECONDS
+    from detector.storage.transport import StoreUnreachable
+
+    t = FakeTime([0.0] * 12, commits=(3.5,))
+    failures = iter([False] + [True] * 8 + [False] * 3)
+    stale = []
+
+    def cycle() -> None:
+        t.cycle()
+        stale.append(round(loop.freshness.stale_seconds(), 6))
+        if next(failures):
+            raise StoreUnreachable("ClickHouse unreachable: Connection refused")
+
+    t.loop = loop = CycleLoop(cycle, 1.0, 0.1, clock=t.clock, wait=t.wait)
+    with caplog.at_level("INFO", logger="loop_detector"), contextlib.suppress(SystemExit):
+        loop.run()
+    starts = [round(s - 100.0, 6) for s in t.starts]
+    assert MAX_BACKOFF_SECONDS == 5.0
+    assert starts[:10] == [0.0, 1.0, 2.0, 4.0, 8.0, 13.0, 18.0, 23.0, 28.0, 33.0]
+    assert stale[9] == 33.0  # the retry at 33 s: 33 s after the start of the last cycle that succeeded (0 s)
+    assert loop.freshness.failing_cycles == 0 and loop.freshness.failures_total == 8
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("detection cycles failing" in m for m in messages) == 1, messages
+    assert sum("detection cycles resumed after 8 failed cycles" in m for m in messages) == 1, messages

@@ -79,3 +79,19 @@ def test_a_service_on_the_server_store_ingests_detects_and_decides(clickhouse_ur
         decision = httpx.get(f"{eps.api}/v1/decision", params={"session_id": session}).json()
     assert timeline[session][-1]["level"] != "none"
     assert decision["action"] != "allow"
+
+
+def test_an_insert_retried_with_its_deduplication_token_is_stored_once(store):
+    """The detector retries a cycle's writes with the same insert_deduplication_token (an insert whose answer was
+    lost may have reached the server): through clickhouse-connect, the setting reaches the store."""
+    import pyarrow as pa
+
+    table = f"otel.dedup_{uuid.uuid4().hex[:8]}"
+    store.command(f"CREATE TABLE {table} (x UInt32) ENGINE = MergeTree ORDER BY x "
+                  "SETTINGS non_replicated_deduplication_window = 100")
+    rows = pa.table({"x": pa.array([1, 2, 3], pa.uint32())})
+    for _ in range(2):
+        store.insert_arrow(table, rows, {"insert_deduplication_token": "scores:0/1:10:20"})
+    store.insert_arrow(table, rows, {"insert_deduplication_token": "scores:0/1:20:30"})
+    assert store.rows(f"SELECT count() AS n FROM {table}") == [{"n": 6}]
+    store.command(f"DROP TABLE {table}")

@@ -36,6 +36,9 @@ class Decision:
     warning: str | None = None  # the x-loop-warning header, from warn up
     retry_after: float | None = None  # for block
     error: dict[str, Any] | None = field(default=None, compare=False)  # for block: the 429 body
+    # the service's answer only: how old its decisions were (seconds since its last detection cycle that succeeded;
+    # growing while its store is unreachable). The answer is applied whatever it is (docs/sdk.md, "Fail safe").
+    stale_seconds: float = 0.0
 
     @property
     def blocked(self) -> bool:
@@ -50,6 +53,7 @@ class Decision:
             reason=str(data.get("reason", "")), rule_name=str(data.get("rule_name", "")),
             delay_seconds=float(data.get("delay_seconds", 0.0)), instruction=str(data.get("instruction", "")),
             session_id=str(data.get("session_id", "")), warning=warning,
+            stale_seconds=float(data.get("stale_seconds", 0.0)),
         )
 
     @classmethod
@@ -63,7 +67,7 @@ class Decision:
             detector=str(err.get("detector", "")), scope=str(err.get("scope", "session")),
             reason=str(err.get("reason", "")), rule_name=str(err.get("rule_name", "")),
             session_id=str(err.get("session_id", "")), source=source, warning=warning, retry_after=retry_after,
-            error=body,
+            error=body, stale_seconds=float(err.get("stale_seconds", 0.0)),
         )
 
 

@@ -47,6 +47,11 @@ export interface Decision {
   retryAfter?: number;
   /** for block: the 429 body */
   error?: BlockedBody;
+  /**
+   * the service's answers only: how old its decisions were (seconds since its last detection cycle that
+   * succeeded; growing while its store is unreachable). The answer is applied whatever it is.
+   */
+  staleSeconds?: number;
 }
 
 type Json = Record<string, unknown>;
@@ -73,6 +78,7 @@ export function decisionFromJson(data: Json, warning?: string): Decision {
     sessionId: str(data.session_id, ''),
     source: 'server',
     warning,
+    staleSeconds: num(data.stale_seconds, 0),
   };
 }
 
@@ -97,6 +103,7 @@ export function refusedDecision(body: BlockedBody, source: Source = 'server', re
     warning,
     retryAfter: retryAfter ?? undefined,
     error: body,
+    staleSeconds: num(err.stale_seconds, 0),
   };
 }
 
