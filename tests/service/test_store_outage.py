@@ -31,6 +31,8 @@ pytestmark = pytest.mark.server
 OUTAGE_SECONDS = 8.0  # long enough for many failed cycles (0.1 s interval) and the backoff to reach its bound
 QUERY_TIMEOUT = 3  # store.query_timeout_seconds: how long a hung server holds the first statement that meets it
 ANSWERED_WITHIN = 15.0  # "not hung": every request answered within this (a hung server: once the query timeout)
+# "Current": decisions at most this old (cycles every 0.1 s; generous for a loaded machine, far below the outage's age).
+CURRENT_SECONDS = 3.0
 
 
 def _metric(text: str, name: str) -> float:
@@ -90,7 +92,7 @@ def _outage(clickhouse_url: str, tmp_path, caplog, mode: Mode) -> None:
             while True:
                 audit = audit_store(service.store, senders.all)
                 fresh_after, _ = _check(api)
-                if (audit.scored_once and fresh_after < 1.0) or time.monotonic() > deadline:
+                if (audit.scored_once and fresh_after < CURRENT_SECONDS) or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
 
@@ -102,14 +104,14 @@ def _outage(clickhouse_url: str, tmp_path, caplog, mode: Mode) -> None:
     assert senders.statuses.get(503, 0) > 0, senders.statuses
     assert set(senders.statuses) <= {200, 503}, senders.statuses
     # /v1/check: answered throughout, from memory, saying its decisions are getting older, then fresh again
-    assert fresh_before < 1.0
-    assert slowest < 2.0, f"a /v1/check took {slowest:.2f} s while the store was away"
+    assert fresh_before < CURRENT_SECONDS
+    assert slowest < CURRENT_SECONDS, f"a /v1/check took {slowest:.2f} s while the store was away"
     assert stale[-1] > OUTAGE_SECONDS - 2 and stale[-1] > stale[0], stale
     assert _metric(metrics, "loop_detector_decisions_stale_seconds") > OUTAGE_SECONDS - 2
     assert _metric(metrics, "loop_detector_cycle_failures_total") > 1
     assert health["status"] == "ok" and health["stale_seconds"] > OUTAGE_SECONDS - 2
     assert "detector behind" in health["detector_behind"], health
-    assert fresh_after < 1.0
+    assert fresh_after < CURRENT_SECONDS
     # nothing acknowledged lost, nothing twice: stored once, normalized once, scored once
     assert audit.exact, audit
     assert audit.scored_once, audit
