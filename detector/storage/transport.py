@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLICKHOUSE_URL_ENV", "CONNECT_TIMEOUT_SECONDS", "ChdbStore", "MUTATION_WAIT_SECONDS", "QUERY_TIMEOUT_SECONDS",
     "RawResult", "SESSION_SETTINGS", "ServerStore", "Store", "StoreError", "StoreUnreachable",
-    "chdb_holder", "chdb_param", "error_code",
+    "chdb_holder", "chdb_param",
     "encode_rows", "insert_rows", "open_store", "redact_url",
 ]
 
@@ -52,13 +52,6 @@ SESSION_SETTINGS = {
 
 class StoreError(RuntimeError):
     """A statement failed in the store (syntax, type or engine error)."""
-
-
-def error_code(exc: BaseException) -> int | None:
-    """The ClickHouse error code a failure's message carries, if any (logged instead of messages that may quote
-    values)."""
-    match = re.search(r"Code: (\d+)", str(exc))
-    return int(match.group(1)) if match else None
 
 
 # chDB: a lightweight DELETE is a mutation, and by default the statement waits for it to be applied. With the disk
