@@ -412,6 +412,7 @@ PROBES = {"kill9": probe_kill9, "sigterm": probe_sigterm, "poison": probe_poison
           "slow": probe_slow, "fuzz": probe_fuzz}
 # Probes in their own modules under bench/probes/ (each ``run(args) -> list[str]``): name -> module.
 MODULE_PROBES: dict[str, str] = {
+    "soak": "probes.soak",
 }
 
 
@@ -420,6 +421,7 @@ def main() -> None:
     parser.add_argument("--probes", default=",".join([*PROBES, *MODULE_PROBES]))
     parser.add_argument("--runs", type=int, default=6, help="kill -9 runs (SIGTERM: half as many)")
     parser.add_argument("--update-docs", action="store_true", help="write the tables into docs/reliability.md")
+    parser.add_argument("--soak-seconds", type=float, default=600.0, help="soak: seconds of steady load (3600: the hour)")
     args = parser.parse_args()
     tables = []
     for name in args.probes.split(","):
