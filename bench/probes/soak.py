@@ -249,6 +249,7 @@ class Window:
     cpu_percent: float
     data_bytes: int
     lag_p99: float | None  # None: no request of the window reflected yet (or none sent)
+    ack_p99: float | None  # of which the acknowledgement: scheduled send -> 200 (senders' backlog, queue, insert)
     requests: int
 
 
@@ -259,14 +260,19 @@ def grpc_endpoint(proc: ServeProcess) -> str:
     raise RuntimeError("serve announced no OTLP/gRPC endpoint")
 
 
-def window_lag(load: Load, marks: Watermarks, start: float, end: float) -> tuple[float | None, int]:
+def window_lag(load: Load, marks: Watermarks, start: float, end: float) -> tuple[float | None, float | None, int]:
+    """Decision lag p99 and acknowledgement p99 of the requests scheduled in [start, end), and how many."""
     with load._lock:
         items = [p for p in list(load.sent) if start <= p.at < end and p.acked]
     lags = [seen - p.at for p in items if (seen := marks.reflected_at(p.acked)) is not None]
     if not lags:
-        return None, len(items)
-    lags.sort()
-    return lags[min(len(lags) - 1, int(0.99 * len(lags)))], len(items)
+        return None, None, len(items)
+    return _p99(lags), _p99([p.acked - p.at for p in items]), len(items)
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -292,11 +298,13 @@ def run(args: argparse.Namespace) -> list[str]:
             while sender.is_alive() or edge < start + seconds:
                 time.sleep(max(0.0, edge + WINDOW_SECONDS - time.time()))
                 sample = process_sample(proc.pid)
-                lag, count = window_lag(load, marks, edge - WINDOW_SECONDS, edge)  # the window before: reflected now
-                windows.append(Window(sample, cpu_percent(previous, sample), directory_bytes(data), lag, count))
+                # the window before this one: its requests have had a window's time to be reflected
+                lag, ack, count = window_lag(load, marks, edge - WINDOW_SECONDS, edge)
+                windows.append(Window(sample, cpu_percent(previous, sample), directory_bytes(data), lag, ack, count))
                 print(f"soak {sample.at - start:6.0f}s rss {sample.rss_bytes / 2**20:6.0f} MB threads "
                       f"{sample.threads} fds {sample.open_files} cpu {windows[-1].cpu_percent:5.1f}% "
-                      f"data {windows[-1].data_bytes / 2**20:6.0f} MB lag p99 {lag}", file=sys.stderr, flush=True)
+                      f"data {windows[-1].data_bytes / 2**20:6.0f} MB lag p99 {lag} ack p99 {ack} "
+                      f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
                 previous, edge = sample, edge + WINDOW_SECONDS
                 if edge > start + seconds + 300:  # a sender far behind: stop measuring, the table says it
                     break
@@ -305,7 +313,6 @@ def run(args: argparse.Namespace) -> list[str]:
             deadline = time.time() + 120
             while (not marks.marks or marks.marks[-1] < last_ack) and time.time() < deadline:
                 time.sleep(0.1)
-            last_lag, _ = window_lag(load, marks, edge - WINDOW_SECONDS, edge + WINDOW_SECONDS)
             time.sleep(max(0.0, last_ack + IDLE_AFTER_SECONDS - IDLE_MEASURE_SECONDS - time.time()))
             idle_after = idle_figures(proc.pid, proc.api)
             marks.stop.set()
@@ -321,8 +328,7 @@ def run(args: argparse.Namespace) -> list[str]:
         finally:
             store.close()
         data_end = directory_bytes(data)
-    return _table(seconds, warmup, load_before, load, windows, idle_before, idle_after, acked, stored, data_end,
-                  last_lag)
+    return _table(seconds, warmup, load_before, load, windows, idle_before, idle_after, acked, stored, data_end)
 
 
 def _seconds(duration: str) -> float:
@@ -330,7 +336,7 @@ def _seconds(duration: str) -> float:
 
 
 def _table(seconds: float, warmup: float, load_before: float, load: Load, windows: list[Window], idle_before: Idle,
-           idle_after: Idle, acked: int, stored: dict[str, int], data_end: int, last_lag: float | None) -> list[str]:
+           idle_after: Idle, acked: int, stored: dict[str, int], data_end: int) -> list[str]:
     first = windows[0].sample.at - WINDOW_SECONDS
     steady = [w for w in windows if w.sample.at - first >= warmup] or windows
     spans = sum(p.spans for p in load.sent if p.acked)
@@ -365,6 +371,9 @@ def _table(seconds: float, warmup: float, load_before: float, load: Load, window
                          f"{lags[0]:.2f} / {statistics.median(lags):.2f} / {max(lags):.2f}", "s",
                          f"{max(lags) / max(1e-9, lags[0]):.2f}"))
         lines.append(row("decision lag p99: slope after warm-up", f"{slope:+.1f}", "% per hour", ""))
+        acks = [w.ack_p99 for w in steady if w.ack_p99 is not None]
+        lines.append(row("of which the acknowledgement (scheduled send -> 200) p99: median / max of the windows",
+                         f"{statistics.median(acks):.2f} / {max(acks):.2f}", "s", ""))
     lines.append(row("CPU under load (mean of the windows after warm-up)",
                      statistics.fmean(w.cpu_percent for w in steady), "% of a core", ""))
     lines.append(row("data directory after the stop", data_end / 2**20, "MB", ""))
