@@ -2,10 +2,10 @@
 clean-up after a burst of inserts no longer leaves a hundred idle engine threads in the process for good.
 
 The scenario runs in a fresh child process (the engine's thread pool is process-wide and never shrinks, so a pytest
-process that ran other chDB tests says nothing): the real schema, 300 inserts into one table, merged into one part,
-and the table's outdated parts cleaned up. Without the setting the clean-up takes the process from ~25 threads to
-~160; with it, a handful more at most. The table's clean-up is made prompt for the test (``old_parts_lifetime``,
-``cleanup_delay_period``: table settings of this test's store only), so the test waits seconds, not minutes.
+process that ran other chDB tests says nothing): the real schema, 200 inserts into one table with its merges stopped,
+then merged into one part, and the 200 outdated parts cleaned up. Without the setting the clean-up takes the process
+from 25 threads to 150; with it, none more. The table's clean-up is made prompt for the test (``old_parts_lifetime``,
+``cleanup_delay_period``: table settings of this test's store only), so the test waits a second, not minutes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import textwrap
 from detector.storage.embedded_tables import apply_embedded_table_settings
 from detector.storage.transport import ChdbStore
 
-INSERTS = 300  # parts: past ClickHouse's threshold (100) for removing them on its pool of 128 threads
+INSERTS = 200  # parts: past ClickHouse's threshold (100) for removing them on its pool of 128 threads
 EXTRA_THREADS = 20  # what the clean-up may add (the bug: ~130)
 
 SCENARIO = textwrap.dedent("""
@@ -37,10 +37,14 @@ SCENARIO = textwrap.dedent("""
         apply_embedded_table_settings(store)
     store.command("ALTER TABLE otel.loop_meta MODIFY SETTING old_parts_lifetime = 1, cleanup_delay_period = 1, "
                   "cleanup_delay_period_random_add = 0, cleanup_thread_preferred_points_per_iteration = 0")
+    store.command("DETACH TABLE otel.loop_meta")  # its clean-up task restarts on the settings above
+    store.command("ATTACH TABLE otel.loop_meta")
     before = threads()
+    store.command("SYSTEM STOP MERGES otel.loop_meta")  # the parts accumulate, then become outdated at once
     for i in range(int(sys.argv[2])):
         store.command("INSERT INTO otel.loop_meta (key, value, version) VALUES ({k:String}, 'v', {i:UInt64})",
                       {"k": f"k{i}", "i": i})
+    store.command("SYSTEM START MERGES otel.loop_meta")
     store.command("OPTIMIZE TABLE otel.loop_meta FINAL")
     parts = "SELECT count() AS n FROM system.parts WHERE database = 'otel' AND table = 'loop_meta' AND NOT active"
     outdated = store.rows(parts)[0]["n"]
