@@ -280,6 +280,8 @@ def run(args: argparse.Namespace) -> list[str]:
     seconds = float(getattr(args, "soak_seconds", 600.0))
     warmup = min(600.0, seconds / 4)
     load_before = os.getloadavg()[0]
+    title = header(f"soak: {RATE:,} spans/s over {SESSIONS:,} sessions for {seconds:g} s, half OTLP/HTTP and half "
+                   f"OTLP/gRPC, retention {RETENTION}")  # (it reads the load average now, before the load)
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         config = Path(tmp) / "soak.yaml"
         config.write_text(SOAK_CONFIG)
@@ -335,22 +337,21 @@ def run(args: argparse.Namespace) -> list[str]:
         finally:
             store.close()
         data_end = directory_bytes(data)
-    return _table(seconds, warmup, load_before, load, windows, idle_before, idle_after, acked, stored, data_end)
+    return _table(title, warmup, load_before, load, windows, idle_before, idle_after, acked, stored, data_end)
 
 
 def _seconds(duration: str) -> float:
     return float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
 
 
-def _table(seconds: float, warmup: float, load_before: float, load: Load, windows: list[Window], idle_before: Idle,
+def _table(title: list[str], warmup: float, load_before: float, load: Load, windows: list[Window], idle_before: Idle,
            idle_after: Idle, acked: int, stored: dict[str, int], data_end: int) -> list[str]:
     first = windows[0].sample.at - WINDOW_SECONDS
     steady = [w for w in windows if w.sample.at - first >= warmup] or windows
     spans = sum(p.spans for p in load.sent if p.acked)
     offered = sum(p.spans for p in load.sent)
     lags = [w.lag_p99 for w in steady if w.lag_p99 is not None]
-    lines = header(f"soak: {RATE:,} spans/s over {SESSIONS:,} sessions for {seconds:g} s, half OTLP/HTTP and half "
-                   f"OTLP/gRPC, retention {RETENTION}")
+    lines = list(title)
     lines.append(row("load average (1 min) before / at the end", f"{load_before:.1f} / {os.getloadavg()[0]:.1f}",
                      "(2 CPUs, shared)"))
     lines.append(row("spans offered / acknowledged", f"{offered:,} / {spans:,}", "spans",
