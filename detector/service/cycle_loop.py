@@ -19,8 +19,9 @@ which nudges, so once a cycle has started after the last commit (and ``settle_se
 lag, which leaves the newest spans to a later cycle), the next one can have nothing new to read. Such a cycle still
 costs statements (the read, the watermark's rows) and the merges of what it writes, at every interval, for as long as
 the service is up. So each quiet cycle doubles the gap to the next one, from the interval up to
-``idle_interval_seconds``; a nudge brings the next cycle back at once. A cycle still runs at the idle interval: the
-checkpoint, eviction's follow-up and whatever the API queued for the next cycle are never left for good; and a
+``idle_interval_seconds``; a nudge brings the next cycle back at once. Work queued for the next cycle by something
+other than a span (``pending``: the budget exhaustions the API announced) is looked at every interval and brings a
+cycle as a nudge does. A cycle still runs at the idle interval, so the checkpoint is never left for good; and a
 caller that waits for the watermark to pass "now" after its last span is answered by the quiet cycle one interval
 later, as before.
 """
@@ -45,12 +46,14 @@ class CycleLoop:
 
     def __init__(self, cycle: Callable[[], object], interval_seconds: float, min_interval_seconds: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wait: Callable[[float], bool] | None = None,
-                 idle_interval_seconds: float | None = None, settle_seconds: float = 0.0) -> None:
+                 idle_interval_seconds: float | None = None, settle_seconds: float = 0.0,
+                 pending: Callable[[], bool] | None = None) -> None:
         self.cycle = cycle
         self.interval_seconds = interval_seconds
         self.min_interval_seconds = interval_seconds if min_interval_seconds is None else min_interval_seconds
         self.idle_interval_seconds = idle_interval_seconds
         self.settle_seconds = settle_seconds
+        self.pending = pending  # work queued for the next cycle other than spans (looked at every interval)
         self._clock = clock
         self._last_nudge = clock()  # (at start: what a previous run left is read by the first cycles)
         self._quiet_cycles = 0  # cycles in a row that started with every commit read
@@ -82,8 +85,11 @@ class CycleLoop:
         started = ended = previous = None
         while True:
             while (delay := start - self._clock()) > 0:
-                if self._wait(delay) or self._stopped.is_set():
+                # a long quiet gap is waited an interval at a time when something else may queue work for a cycle
+                if self._wait(min(delay, self.interval_seconds) if self.pending else delay) or self._stopped.is_set():
                     return
+                if self.pending is not None and self.pending():
+                    self._nudged.set()
                 if started is not None and ended is not None:  # a nudge may have brought the start forward
                     start = self.next_start(started, ended)
             if self._stopped.is_set():

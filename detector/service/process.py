@@ -256,7 +256,8 @@ class Service:
         detector = self.config.detector
         self.cycles = CycleLoop(self.job.run_cycle, detector.interval_seconds, detector.min_interval_seconds,
                                 idle_interval_seconds=self._idle_interval(self.config),
-                                settle_seconds=detector.watermark_lag_seconds)
+                                settle_seconds=detector.watermark_lag_seconds,
+                                pending=lambda: bool(self.job.engine.budgets.pending_events))
         self.committer.on_committed = self.cycles.nudge  # new spans: a cycle soon, not at the next interval
         self.cycles.start()
         self.scheduler = BackgroundScheduler(daemon=True)

@@ -115,6 +115,19 @@ def test_the_watermark_lag_keeps_the_interval_until_a_cycle_reads_past_the_last_
     assert starts == [0.0, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 7.5]  # 3.5 reads past it; quiet from 4.5: 1, 2
 
 
+def test_work_the_api_queued_brings_a_cycle_within_an_interval_of_a_quiet_gap():
+    t = FakeTime([0.1] * 8)
+    # queued at 11.5 (during the quiet gap from 8.1 to 16.0), until the next cycle writes it
+    t.loop = loop = CycleLoop(t.cycle, 1.0, 0.25, clock=t.clock, wait=t.wait, idle_interval_seconds=30.0,
+                              pending=lambda: t.now >= 111.5 and len(t.starts) == 5)
+    with contextlib.suppress(SystemExit):
+        loop.run()
+    starts = [round(s - 100.0, 6) for s in t.starts]
+    # the gap after the cycle at 8.0 is waited an interval at a time (9.1, 10.1, 11.1, 12.1): the queued work at 12.1
+    assert starts[:6] == [0.0, 1.0, 2.0, 4.0, 8.0, 12.1]
+    assert starts[6] == 28.1  # no span came: the backoff goes on from where it was (a gap of 16)
+
+
 def test_without_an_idle_interval_the_interval_holds_when_nothing_arrives():  # a server store: a Collector writes
     assert run([0.1] * 5) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 

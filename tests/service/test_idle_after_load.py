@@ -20,10 +20,12 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from support.enforcement import make_config, uid
 from support.otlp_senders import PROTOBUF, chat_spans, encode, new_conversation
 from support.serve_process import ServeProcess
 
 from detector.ingest.grpc_receiver import TRACES_METHOD
+from detector.service.process import running_service
 from detector.storage.transport import CLICKHOUSE_URL_ENV
 
 SENDERS = 4  # concurrent exporters during the burst
@@ -101,3 +103,26 @@ def test_the_service_goes_back_to_idle_after_a_burst(tmp_path):
                 break
             assert time.monotonic() - ended < SETTLE_DEADLINE, "not back to idle:\n" + "\n".join(seen)
         assert proc.proc is not None and proc.proc.poll() is None  # (idle, not gone)
+
+
+QUIET_GAP = 16.0  # the backoff's gap once five quiet cycles ran (1, 1, 2, 4, 8, then 16)
+SELECT_BUDGET_EVENTS = "SELECT count() AS n FROM otel.loop_events WHERE kind = 'budget' AND scope_id = {f:String}"
+
+
+def test_what_the_api_queues_for_a_cycle_is_written_without_waiting_out_a_quiet_gap(tmp_path):
+    """A $0 budget refuses a feature the detector has never seen: the API announces the exhaustion for the next
+    cycle to write (an event, then its webhook). While the service is idle, that cycle comes within an interval, not
+    at the end of the backoff's gap."""
+    budget = {"name": "zero", "scope": "feature", "match": "*", "limit_usd": 0, "period": "day", "action": "block"}
+    with running_service(make_config(budgets=[budget], rules=[]), tmp_path) as (service, eps):
+        deadline = time.monotonic() + 60
+        while service.cycles is None or service.cycles.next_start(0.0, 0.0) < QUIET_GAP:  # the gap from a start at 0
+            assert time.monotonic() < deadline, "the cycles did not back off"
+            time.sleep(0.2)
+        feature, asked = uid("f"), time.monotonic()
+        r = httpx.post(f"{eps.api}/v1/check", json={"session_id": uid("s"), "feature": feature})
+        assert r.status_code == 429 and r.json()["error"]["reason"] == "budget_exhausted"
+        while not service.store.rows(SELECT_BUDGET_EVENTS, {"f": feature})[0]["n"]:
+            # (without the look every interval, the event waited for the next quiet cycle: up to 16 s)
+            assert time.monotonic() - asked < QUIET_GAP / 2, "the announced event waited for the quiet gap"
+            time.sleep(0.1)
