@@ -68,8 +68,9 @@ SOAK_CONFIG = f"retention:\n  spans: {RETENTION}\n  detector: {RETENTION}\n"
 TICK = os.sysconf("SC_CLK_TCK")
 SELECT_STORED = """
 SELECT count() AS rows, uniqExact(SpanId) AS spans FROM otel.otel_traces
-WHERE ServiceName = 'lag-bench' AND Timestamp >= fromUnixTimestamp64Micro({since:Int64})
-"""
+WHERE ServiceName = 'lag-bench' AND Timestamp >= fromUnixTimestamp64Micro({since:Int64}) - INTERVAL 10 SECOND
+  AND addNanoseconds(Timestamp, Duration) >= fromUnixTimestamp64Micro({since:Int64})
+"""  # by the span's end, the request's scheduled time (its start is up to 2 s earlier)
 
 
 # -- the process, from /proc -----------------------------------------------------------------------------------------
