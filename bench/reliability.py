@@ -415,6 +415,7 @@ MODULE_PROBES: dict[str, str] = {
     "diskfull": "probes.disk_full",
     "overload": "probes.overload",
     "outage": "probes.store_outage",
+    "soak": "probes.soak",
 }
 
 
@@ -424,6 +425,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=6, help="kill -9 runs (SIGTERM: half as many)")
     parser.add_argument("--update-docs", action="store_true", help="write the tables into docs/reliability.md")
     parser.add_argument("--overload-seconds", type=float, default=60, help="overload: seconds offered per transport")
+    parser.add_argument("--soak-seconds", type=float, default=600.0, help="soak: seconds of steady load (3600: the hour)")
     args = parser.parse_args()
     tables = []
     for name in args.probes.split(","):

@@ -13,6 +13,18 @@ each commit (:meth:`CycleLoop.nudge`), and a nudged loop starts the next cycle `
 per ``min_interval``. Spans written by an OpenTelemetry Collector straight into ClickHouse are not seen arriving,
 so they keep the interval's schedule.
 
+When nothing arrives, the embedded service slows down (``idle_interval_seconds``; None keeps the interval, as a
+ClickHouse server that a Collector writes to must). Every span of the embedded store arrives through the receiver,
+which nudges, so once a cycle has started after the last commit (and ``settle_seconds`` after it: the watermark's
+lag, which leaves the newest spans to a later cycle), the next one can have nothing new to read. Such a cycle still
+costs statements (the read, the watermark's rows) and the merges of what it writes, at every interval, for as long as
+the service is up. So each quiet cycle doubles the gap to the next one, from the interval up to
+``idle_interval_seconds``; a nudge brings the next cycle back at once. Work queued for the next cycle by something
+other than a span (``pending``: the budget exhaustions the API announced) is looked at every interval and brings a
+cycle as a nudge does. A cycle still runs at the idle interval, so the checkpoint is never left for good; and a
+caller that waits for the watermark to pass "now" after its last span is answered by the quiet cycle one interval
+later, as before.
+
 A cycle that fails (the store unreachable, a disk full) is retried from the same watermark after a backoff that
 doubles from one interval up to :data:`MAX_BACKOFF_SECONDS`, nudges ignored meanwhile. The log says so once when
 cycles start failing and once when they succeed again, never once per attempt; :class:`Freshness` keeps the count
@@ -49,18 +61,25 @@ def failure_reason(exc: BaseException) -> str:
 
 
 class CycleLoop:
-    """Calls ``cycle`` in its own thread every ``interval_seconds`` (every ``min_interval_seconds`` while nudged)
-    until :meth:`stop`. ``clock`` and ``wait`` (seconds -> True when stopped; it may return early after a nudge) are
-    the loop's sense of time, replaceable in tests."""
+    """Calls ``cycle`` in its own thread every ``interval_seconds`` (every ``min_interval_seconds`` while nudged; up
+    to every ``idle_interval_seconds`` when nothing was committed, see the module) until :meth:`stop`. ``clock`` and
+    ``wait`` (seconds -> True when stopped; it may return early after a nudge) are the loop's sense of time,
+    replaceable in tests."""
 
-    def __init__(self, cycle: Callable[[], None], interval_seconds: float, min_interval_seconds: float | None = None,
+    def __init__(self, cycle: Callable[[], object], interval_seconds: float, min_interval_seconds: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wait: Callable[[float], bool] | None = None,
-                 freshness: Freshness | None = None) -> None:
+                 idle_interval_seconds: float | None = None, settle_seconds: float = 0.0,
+                 pending: Callable[[], bool] | None = None, freshness: Freshness | None = None) -> None:
         self.cycle = cycle
         self.freshness = freshness if freshness is not None else Freshness(clock)
         self.interval_seconds = interval_seconds
         self.min_interval_seconds = interval_seconds if min_interval_seconds is None else min_interval_seconds
+        self.idle_interval_seconds = idle_interval_seconds
+        self.settle_seconds = settle_seconds
+        self.pending = pending  # work queued for the next cycle other than spans (looked at every interval)
         self._clock = clock
+        self._last_nudge = clock()  # (at start: what a previous run left is read by the first cycles)
+        self._quiet_cycles = 0  # cycles in a row that started with every commit read
         self._stopped = threading.Event()
         self._nudged = threading.Event()  # new spans were committed since the last cycle started
         self._wake = threading.Event()  # a nudge or stop() ends the wait
@@ -70,6 +89,7 @@ class CycleLoop:
     def nudge(self) -> None:
         """New spans were committed (any thread): the next cycle comes ``min_interval_seconds`` after the last one
         started, not a whole interval."""
+        self._last_nudge = self._clock()
         self._nudged.set()
         self._wake.set()
 
@@ -82,22 +102,32 @@ class CycleLoop:
         gap = self.interval_seconds
         if self._nudged.is_set():
             gap = min(gap, self.min_interval_seconds)
+        elif self.idle_interval_seconds is not None and self._quiet_cycles:
+            gap = max(gap, min(self.idle_interval_seconds, gap * 2 ** (self._quiet_cycles - 1)))
         return max(started + gap, ended)
 
     def run(self) -> None:
         """The loop (the thread's target; in tests, called directly with a ``wait`` that stops it)."""
         start = self._clock()
-        started = ended = None
+        started = ended = previous = None
         while True:
             while (delay := start - self._clock()) > 0:
-                if self._wait(delay) or self._stopped.is_set():
+                # a long quiet gap is waited an interval at a time when something else may queue work for a cycle
+                if self._wait(min(delay, self.interval_seconds) if self.pending else delay) or self._stopped.is_set():
                     return
+                if self.pending is not None and self.pending():
+                    self._nudged.set()
                 if started is not None and ended is not None:  # a nudge may have brought the start forward
                     start = self.next_start(started, ended)
             if self._stopped.is_set():
                 return
             started = self._clock()
             self._nudged.clear()
+            # quiet: the cycle before this one started after every commit (and its settling), so this one reads
+            # nothing new; the first cycle after a commit never is
+            quiet = previous is not None and self._last_nudge + self.settle_seconds <= previous
+            self._quiet_cycles = self._quiet_cycles + 1 if quiet else 0
+            previous = started
             try:
                 self.cycle()
             except Exception as exc:  # keep the schedule alive; the next cycle retries from the same watermark

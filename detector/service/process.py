@@ -53,9 +53,10 @@ from detector.service.webhooks import WebhookDispatcher, WebhookMetrics
 from detector.settings.config import AppConfig, ConfigError, load_config
 from detector.settings.vocabulary import SCOPE_SESSION
 from detector.storage.disk_space import FreeSpace
+from detector.storage.embedded_tables import apply_embedded_table_settings
 from detector.storage.retention import apply_retention
 from detector.storage.schema import apply_schema
-from detector.storage.transport import Store, open_store
+from detector.storage.transport import ChdbStore, Store, open_store
 
 __all__ = [
     "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "CLICKHOUSE_PASSWORD_ENV",
@@ -176,6 +177,8 @@ class Service:
         self.store = store or open_store(self.data_dir, config.store.url, config.store.connect_timeout_seconds,
                                          config.store.query_timeout_seconds)
         apply_schema(self.store, cluster=config.store.cluster)
+        if isinstance(self.store, ChdbStore):  # no burst of part clean-up threads left behind (embedded_tables.py)
+            apply_embedded_table_settings(self.store)
         self._apply_retention(config)
         self.policy = PolicyOverrides(self.store).load()  # rules / budgets set through the admin API
         config = self.config = self.policy.apply(config)
@@ -272,14 +275,22 @@ class Service:
             log.exception("eviction failed")
 
     def start_scheduler(self) -> None:
-        self.cycles = CycleLoop(self.job.run_cycle, self.config.detector.interval_seconds,
-                                self.config.detector.min_interval_seconds, freshness=self.freshness)
+        detector = self.config.detector
+        self.cycles = CycleLoop(self.job.run_cycle, detector.interval_seconds, detector.min_interval_seconds,
+                                idle_interval_seconds=self._idle_interval(self.config),
+                                settle_seconds=detector.watermark_lag_seconds,
+                                pending=lambda: bool(self.job.engine.budgets.pending_events), freshness=self.freshness)
         self.committer.on_committed = self.cycles.nudge  # new spans: a cycle soon, not at the next interval
         self.cycles.start()
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(self._evict, "interval", seconds=self.config.loop_detection.eviction_interval_seconds,
                                id="evict", max_instances=1, coalesce=True)
         self.scheduler.start()
+
+    def _idle_interval(self, config: AppConfig) -> float | None:
+        """The quiet cycles' longest gap: on the embedded store only (every span comes through the receiver, which
+        nudges the loop); spans a Collector writes into a server are not seen arriving."""
+        return config.detector.idle_interval_seconds if isinstance(self.store, ChdbStore) else None
 
     def stop_scheduler(self) -> None:
         if self.cycles is not None:
@@ -332,6 +343,8 @@ class Service:
         if self.cycles is not None:
             self.cycles.interval_seconds = config.detector.interval_seconds
             self.cycles.min_interval_seconds = config.detector.min_interval_seconds
+            self.cycles.idle_interval_seconds = self._idle_interval(config)
+            self.cycles.settle_seconds = config.detector.watermark_lag_seconds
         log.info("config applied; session state cleared")
 
     def apply_budgets(self, config: AppConfig) -> None:

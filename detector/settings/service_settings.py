@@ -31,6 +31,10 @@ class DetectorSettings(StrictModel):
     min_interval_seconds: float = Field(0.25, ge=0, le=3600, description=(
         "while the embedded receiver commits new spans, a cycle starts this long after the last one rather than "
         "interval_seconds after it (never more often; spans written by a Collector keep interval_seconds)"))
+    idle_interval_seconds: float = Field(30.0, gt=0, le=3600, description=(
+        "embedded store: when nothing new was committed, each quiet cycle doubles the gap to the next one, from "
+        "interval_seconds up to this (a new span brings the next cycle at once); a ClickHouse server keeps "
+        "interval_seconds, since a Collector may write to it"))
     watermark_lag_seconds: float = Field(0.0, ge=0, le=600)
     checkpoint_seconds: float = Field(5.0, ge=0, le=3600, description="how often scope state is persisted")
     shard: str = Field("0/1", pattern=r"^\d+/\d+$")

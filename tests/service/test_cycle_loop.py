@@ -49,9 +49,10 @@ class FakeTime:
 
 
 def run(durations: list[float], interval: float = 1.0, min_interval: float | None = None,
-        commits: tuple[float, ...] = ()) -> list[float]:
+        commits: tuple[float, ...] = (), idle: float | None = None, settle: float = 0.0) -> list[float]:
     t = FakeTime(durations, commits)
-    t.loop = loop = CycleLoop(t.cycle, interval, min_interval, clock=t.clock, wait=t.wait)
+    t.loop = loop = CycleLoop(t.cycle, interval, min_interval, clock=t.clock, wait=t.wait,
+                              idle_interval_seconds=idle, settle_seconds=settle)
     with contextlib.suppress(SystemExit):  # the fake time's end
         loop.run()
     return [round(s - 100.0, 6) for s in t.starts]
@@ -88,6 +89,47 @@ def test_without_commits_or_without_min_interval_the_interval_holds():
     assert run([0.1, 0.1, 0.1], min_interval=0.25) == [0.0, 1.0, 2.0, 3.0]
     assert run([0.1, 0.1, 0.1], commits=(0.05, 1.5)) == [0.0, 1.0, 2.0, 3.0]  # min_interval defaults to interval
     assert run([0.1, 0.1], interval=1.0, min_interval=5.0, commits=(0.5,)) == [0.0, 1.0, 2.0]
+
+
+# -- when nothing arrives (the embedded store: every span comes through the receiver, which nudges) -----------------
+
+def test_quiet_cycles_double_the_gap_up_to_the_idle_interval():
+    # the first cycle reads what a previous run left; the one a second later answers whoever waits for "now"
+    assert run([0.1] * 8, idle=10.0) == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 26.0, 36.0, 46.0]
+
+
+def test_a_commit_brings_the_schedule_back_at_once_and_the_backoff_starts_over():
+    starts = run([0.1] * 9, min_interval=0.25, idle=10.0, commits=(20.0,))
+    assert starts[:6] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0]  # quiet: 1, 1, 2, 4, 8
+    assert starts[6:] == [20.0, 21.0, 22.0, 24.0]  # the commit at 20.0: a cycle at once, then 1, 1, 2 again
+
+
+def test_under_steady_commits_the_loop_never_backs_off():
+    commits = tuple(k * 0.5 for k in range(1, 40))
+    assert run([0.1] * 6, min_interval=0.25, idle=30.0, commits=commits) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+
+
+def test_the_watermark_lag_keeps_the_interval_until_a_cycle_reads_past_the_last_commit():
+    # spans younger than the lag (2.5 s) are left to a later cycle: no backoff before a cycle starts at 0.5 + 2.5
+    starts = run([0.1] * 7, min_interval=0.25, idle=30.0, settle=2.5, commits=(0.5,))
+    assert starts == [0.0, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 7.5]  # 3.5 reads past it; quiet from 4.5: 1, 2
+
+
+def test_work_the_api_queued_brings_a_cycle_within_an_interval_of_a_quiet_gap():
+    t = FakeTime([0.1] * 8)
+    # queued at 11.5 (during the quiet gap from 8.1 to 16.0), until the next cycle writes it
+    t.loop = loop = CycleLoop(t.cycle, 1.0, 0.25, clock=t.clock, wait=t.wait, idle_interval_seconds=30.0,
+                              pending=lambda: t.now >= 111.5 and len(t.starts) == 5)
+    with contextlib.suppress(SystemExit):
+        loop.run()
+    starts = [round(s - 100.0, 6) for s in t.starts]
+    # the gap after the cycle at 8.0 is waited an interval at a time (9.1, 10.1, 11.1, 12.1): the queued work at 12.1
+    assert starts[:6] == [0.0, 1.0, 2.0, 4.0, 8.0, 12.1]
+    assert starts[6] == 28.1  # no span came: the backoff goes on from where it was (a gap of 16)
+
+
+def test_without_an_idle_interval_the_interval_holds_when_nothing_arrives():  # a server store: a Collector writes
+    assert run([0.1] * 5) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_a_failing_cycle_keeps_the_schedule():
