@@ -105,7 +105,7 @@ def test_the_service_goes_back_to_idle_after_a_burst(tmp_path):
         assert proc.proc is not None and proc.proc.poll() is None  # (idle, not gone)
 
 
-QUIET_GAP = 16.0  # the backoff's gap once five quiet cycles ran (1, 1, 2, 4, 8, then 16)
+QUIET_GAP = 8.0  # the backoff's gap once four quiet cycles ran (1, 1, 2, 4, then 8)
 SELECT_BUDGET_EVENTS = "SELECT count() AS n FROM otel.loop_events WHERE kind = 'budget' AND scope_id = {f:String}"
 
 
@@ -123,6 +123,6 @@ def test_what_the_api_queues_for_a_cycle_is_written_without_waiting_out_a_quiet_
         r = httpx.post(f"{eps.api}/v1/check", json={"session_id": uid("s"), "feature": feature})
         assert r.status_code == 429 and r.json()["error"]["reason"] == "budget_exhausted"
         while not service.store.rows(SELECT_BUDGET_EVENTS, {"f": feature})[0]["n"]:
-            # (without the look every interval, the event waited for the next quiet cycle: up to 16 s)
+            # (without the look every interval, the event waited for the next quiet cycle: up to 8 s)
             assert time.monotonic() - asked < QUIET_GAP / 2, "the announced event waited for the quiet gap"
             time.sleep(0.1)
