@@ -74,6 +74,7 @@ class Planned:
     span_id: str  # the first span's (the calls of one request are inserted together)
     acked: float = 0.0
     status: int = 0
+    posted: float = 0.0  # when its sender began the post (the export delay: posted - at)
 
 
 def plan(rate: int, seconds: float, sessions: int, start: float, rng: random.Random, counter: list[int]) -> list[Planned]:
@@ -157,6 +158,7 @@ def send(otlp: str, planned: list[Planned]) -> None:
                 delay = item.at - time.time()
                 if delay > 0:
                     time.sleep(delay)
+                item.posted = time.time()
                 while True:
                     try:
                         r = client.post(otlp + "/v1/traces", content=item.body,
@@ -221,9 +223,9 @@ SELECT span_id, toUnixTimestamp64Micro(inserted_at) AS us FROM otel.genai_spans 
 """
 
 
-def exact(data_dir: Path, monitor: Monitor, timed: list[Planned]) -> dict[str, float]:
+def exact(data_dir: Path, monitor: Monitor, timed: list[Planned], log: ServeLog) -> dict[str, float]:
     """The exact lag of one rate's requests (serve stopped: its store opened here): span end -> the first poll whose
-    watermark is past the request's insert, split at the insert."""
+    watermark is past the request's insert, split at the insert, and into :data:`STEPS` where ``log`` has them."""
     from detector.storage.transport import ChdbStore
 
     store = ChdbStore(data_dir)
@@ -239,7 +241,103 @@ def exact(data_dir: Path, monitor: Monitor, timed: list[Planned]) -> dict[str, f
         lags.append(seen - p.at)
         queued.append(inserted[p.span_id] - p.at)
         reflections.append(seen - inserted[p.span_id])
-    return {**_percentiles("exact_", lags), **_percentiles("queued_", queued), **_percentiles("inserted_", reflections)}
+    return {**_percentiles("exact_", lags), **_percentiles("queued_", queued), **_percentiles("inserted_", reflections),
+            **breakdown(log, monitor, timed, inserted)}
+
+
+# Where a request's lag goes: the steps from its scheduled send to the first poll that shows its decision, each from
+# the end of the one before (clamped so that none is negative: a cycle that started while the insert ran waited for
+# the store, and that wait is counted in its first phase). The steps sum to the lag (exact criterion).
+STEPS = (
+    ("export", "scheduled -> posted (the sender)"),
+    ("receive", "posted -> queued (HTTP, read, decode)"),
+    ("linger", "queued -> group taken (the group commit's linger)"),
+    ("to_insert", "group taken -> insert (store held by a cycle, journal)"),
+    ("insert", "insert -> committed (the insert, the nudge)"),
+    ("next_cycle", "committed -> next cycle starts (min interval)"),
+    ("transform", "cycle: store wait, now(), transform"),
+    ("read", "cycle: read"),
+    ("score", "cycle: score"),
+    ("tables", "cycle: rows to tables, store wait"),
+    ("writes", "cycle: writes until the decision is served (writing row, scores, events, decisions)"),
+    ("watermark", "cycle: the watermark row (decision already served)"),
+    ("poll", "watermark -> seen by the 10 ms poll"),
+)
+
+
+@dataclass
+class ServeLog:
+    """The timings ``serve`` writes to its debug log: groups committed, cycles, cycles' writes (none from a tree
+    without them: its breakdown is left out)."""
+
+    groups: list[dict]
+    cycles: list[dict]
+    writes: dict[int, dict]
+
+    @classmethod
+    def parse(cls, lines: list[str]) -> ServeLog:
+        groups, cycles, writes = [], [], {}
+        for line in lines:
+            if not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            message = record.get("message")
+            if message == "group committed":
+                groups.append(record)
+            elif message == "detection cycle" and record.get("phases"):
+                cycles.append(record)
+            elif message == "cycle written" and not record.get("replay"):
+                writes[record["cutoff_us"]] = record
+        groups.sort(key=lambda g: g["commit_started_at"])
+        cycles.sort(key=lambda c: c["watermark_us"])
+        return cls(groups, cycles, writes)
+
+
+def breakdown(log: ServeLog, monitor: Monitor, timed: list[Planned], inserted: dict[str, float]) -> dict[str, float]:
+    """Each step of :data:`STEPS`: mean, p50 and p99 over the requests (seconds), as ``step_<name>_<stat>``."""
+    if not log.groups or not log.cycles:
+        return {}
+    starts = [g["commit_started_at"] for g in log.groups]
+    marks = [c["watermark_us"] / 1e6 for c in log.cycles]
+    members: dict[int, list[Planned]] = {}
+    for p in timed:
+        members.setdefault(max(0, bisect.bisect_right(starts, inserted[p.span_id]) - 1), []).append(p)
+    queued: dict[str, float] = {}
+    for index, requests in members.items():
+        times = sorted(log.groups[index]["queued_at"])
+        requests.sort(key=lambda p: p.posted)
+        for p in requests:  # its own submission: the first after its post not taken by an earlier request
+            i = bisect.bisect_left(times, p.posted)
+            queued[p.span_id] = times.pop(i) if i < len(times) else log.groups[index]["gathered_at"]
+    steps: dict[str, list[float]] = {name: [] for name, _ in STEPS}
+    for p in timed:
+        ins = inserted[p.span_id]
+        group = log.groups[max(0, bisect.bisect_right(starts, ins) - 1)]
+        k = bisect.bisect_right(marks, ins)
+        seen = monitor.reflected_at(ins)
+        if k >= len(log.cycles) or seen is None:
+            continue
+        cycle = log.cycles[k]
+        written = log.writes.get(cycle["watermark_us"], {})
+        phases, c0 = cycle["phases"], cycle["cycle_started_at"]
+        scored = c0 + phases["transform"] + phases["read"] + phases["score"]
+        chain = [p.at, p.posted, queued[p.span_id], group["gathered_at"], ins, group["commit_ended_at"], c0,
+                 c0 + phases["transform"], c0 + phases["transform"] + phases["read"], scored,
+                 written.get("held_at", scored), written.get("decided_at", scored),
+                 written.get("watermark_at", scored + phases["write"]), seen]
+        for i in range(1, len(chain)):
+            chain[i] = max(chain[i], chain[i - 1])
+        for (name, _), before, after in zip(STEPS, chain[:-1], chain[1:], strict=True):
+            steps[name].append(after - before)
+    out: dict[str, float] = {}
+    for name, values in steps.items():
+        if values:
+            out[f"step_{name}_mean"] = statistics.fmean(values)
+            out.update(_percentiles(f"step_{name}_", values))
+    return out
 
 
 def _percentiles(prefix: str, values: list[float]) -> dict[str, float]:
@@ -255,6 +353,7 @@ def table(baseline: dict[str, float], results: list[dict[str, float]], sessions:
              f"| trickle (20 spans/s, baseline): lag p99 | {baseline['p99']:.2f} | s | 1.00 |",
              f"| trickle (20 spans/s, baseline): exact lag p50 / p99 | {baseline['exact_p50']:.2f} / {baseline['exact_p99']:.2f} | s | 1.00 (p99) |",
              f"| trickle (20 spans/s, baseline): of which sent -> insert / insert -> decision, p50 | {baseline['queued_p50']:.2f} / {baseline['inserted_p50']:.2f} | s |  |"]
+    lines += _step_rows("trickle (20 spans/s, baseline)", baseline)
     for r in results:
         name = f"{r['rate']:,} spans/s over {sessions:,} sessions"
         lines += [
@@ -269,41 +368,105 @@ def table(baseline: dict[str, float], results: list[dict[str, float]], sessions:
             f"| {name}: mean detection cycle | {r['cycle_mean'] * 1000:,.0f} | ms |  |",
             f"| {name}: load average (1 min) before | {r['load']:.1f} | (2 CPUs) |  |",
         ]
+        lines += _step_rows(name, r)
+    return "\n".join(lines)
+
+
+def _step_rows(name: str, r: dict[str, float]) -> list[str]:
+    """The lag's steps (:data:`STEPS`), mean / p50 / p99 in ms (the means sum to the mean exact lag)."""
+    return [f"| {name}: lag step {label}, mean / p50 / p99 | {r[f'step_{step}_mean'] * 1000:,.0f} / "
+            f"{r[f'step_{step}_p50'] * 1000:,.0f} / {r[f'step_{step}_p99'] * 1000:,.0f} | ms |  |"
+            for step, label in STEPS if f"step_{step}_mean" in r]
+
+
+class TreeServe(ServeProcess):
+    """``serve`` run from another checkout with its own virtualenv (``--compare``): its code, its interpreter."""
+
+    def __init__(self, tree: Path, data_dir: Path, config_path: str | None) -> None:
+        super().__init__(data_dir, config_path=config_path, extra_args=("--log-level", "debug"), cwd=tree)
+        self.python = str(tree / ".venv" / "bin" / "python")
+
+    def start(self) -> ServeProcess:
+        executable, sys.executable = sys.executable, self.python
+        try:
+            return super().start()
+        finally:
+            sys.executable = executable
+
+
+def run_once(tree: Path, rates: list[int], args: argparse.Namespace, seed: int) -> tuple[dict, list[dict]]:
+    """The trickle and each rate against one ``serve`` of ``tree``'s code: (trickle, rates) figures."""
+    import tempfile
+
+    rng = random.Random(seed)
+    counter = [0]
+    timed: list[list[Planned]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-lag-") as data:
+        with TreeServe(tree, Path(data) / "data", args.config) as proc:
+            monitor = Monitor(proc.api)
+            thread = threading.Thread(target=monitor.run, daemon=True)
+            thread.start()
+            baseline = measure(proc, monitor, 20, args.seconds, args.sessions, rng, counter, timed)
+            print(f"{tree.name} trickle: p50 {baseline['p50']:.2f} s, p99 {baseline['p99']:.2f} s", file=sys.stderr)
+            results = []
+            for rate in rates:
+                results.append(measure(proc, monitor, rate, args.seconds, args.sessions, rng, counter, timed))
+                print(f"{tree.name} {rate}: p50 {results[-1]['p50']:.2f} s, p99 {results[-1]['p99']:.2f} s",
+                      file=sys.stderr)
+            monitor.stop.set()
+            proc.terminate()
+            proc.wait(120)
+            log = ServeLog.parse(proc.lines)
+        for r, requests in zip([baseline, *results], timed, strict=True):
+            r.update(exact(Path(data) / "data", monitor, requests, log))
+    return baseline, results
+
+
+COMPARED = (("lag p50", "p50"), ("lag p99", "p99"), ("exact lag p99", "exact_p99"),
+            ("acknowledged / offered", "achieved"))
+
+
+def comparison(runs: list[tuple[str, dict, list[dict]]], rates: list[int]) -> str:
+    """The key figures of alternating runs of two trees, run by run, and the ratio of their medians (new / old)."""
+    trees = list(dict.fromkeys(name for name, _, _ in runs))
+    lines = ["| figure | " + " | ".join(f"{name} run {k + 1}" for k, (name, _, _) in enumerate(runs))
+             + f" | ratio {trees[-1]} / {trees[0]} (medians) |", "|---" * (len(runs) + 2) + "|"]
+    for rate_index, rate in enumerate([20, *rates]):
+        for label, key in COMPARED:
+            values = [(name, (trickle if rate_index == 0 else results[rate_index - 1])) for name, trickle, results in runs]
+            figure = [r[key] / (r["rate"] if key == "achieved" else 1) for _, r in values]
+            by_tree = {t: statistics.median([f for (n, _), f in zip(values, figure, strict=True) if n == t])
+                       for t in trees}
+            ratio = by_tree[trees[-1]] / by_tree[trees[0]] if by_tree[trees[0]] else float("nan")
+            lines.append(f"| {rate:,} spans/s: {label} | " + " | ".join(f"{f:.2f}" for f in figure) + f" | {ratio:.2f} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="1000,5000,10000")
+    parser.add_argument("--rates", default="1000,5000,10000", help="comma-separated; empty: the trickle only")
     parser.add_argument("--sessions", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--config", help="the service's YAML config (default: the default configuration)")
+    parser.add_argument("--compare", type=Path, help="another checkout with its own .venv (the code before): runs "
+                        "alternate, that tree first, --rounds times each")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--update-docs", action="store_true")
     args = parser.parse_args()
-    rates = [int(x) for x in args.rates.split(",")]
-    rng = random.Random(16)
-    counter = [0]
-    import tempfile
-
-    timed: list[list[Planned]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-lag-") as data:
-        with ServeProcess(Path(data) / "data", config_path=args.config) as proc:
-            monitor = Monitor(proc.api)
-            thread = threading.Thread(target=monitor.run, daemon=True)
-            thread.start()
-            baseline = measure(proc, monitor, 20, args.seconds, args.sessions, rng, counter, timed)
-            results = []
-            for rate in rates:
-                results.append(measure(proc, monitor, rate, args.seconds, args.sessions, rng, counter, timed))
-                print(f"{rate}: p50 {results[-1]['p50']:.2f} s, p99 {results[-1]['p99']:.2f} s", file=sys.stderr)
-            monitor.stop.set()
-            proc.terminate()
-            proc.wait(120)
-        for r, requests in zip([baseline, *results], timed, strict=True):
-            r.update(exact(Path(data) / "data", monitor, requests))
-    out = table(baseline, results, args.sessions)
+    rates = [int(x) for x in args.rates.split(",") if x.strip()]
+    if args.compare is None:
+        baseline, results = run_once(ROOT, rates, args, 16)
+        out = table(baseline, results, args.sessions)
+    else:
+        runs = []
+        for k in range(args.rounds):
+            for tree in (args.compare.resolve(), ROOT):
+                baseline, results = run_once(tree, rates, args, 16 + k)
+                runs.append((tree.name, baseline, results))
+                print(f"### {tree.name}, run {k + 1}\n\n{table(baseline, results, args.sessions)}\n", flush=True)
+        out = comparison(runs, rates)
     print(out)
-    if args.update_docs:
+    if args.update_docs and args.compare is None:
         command = (f"`.venv/bin/python bench/lag.py --rates {args.rates} --sessions {args.sessions} "
                    f"--seconds {args.seconds:g}`")
         write_section(ROOT / "docs" / "benchmarks.md", SECTION, f"{command}\n\n{out}")

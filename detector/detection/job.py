@@ -292,19 +292,24 @@ class DetectorJob:
     def _write(self, w: _CycleWrites) -> None:
         """A cycle's writes, then its watermark; idempotent, so that a cycle whose writes failed part-way (the store
         went away) retries them all: scores and events carry a token naming the range (stored once), decisions and
-        meta rows are versioned replacements."""
+        meta rows are versioned replacements. Their timings go to the debug log (``bench/lag.py`` reads them)."""
         token = f"{self._shard_key}:{w.start_us}:{w.cutoff_us}"
+        marks: dict[str, float] = {"started_at": time.time()}
         with self.store.exclusive():
+            marks["held_at"] = time.time()
             if not w.replay:
                 insert_rows(self.store, "otel.loop_meta", [{"key": self._meta_key("writing"),
                                                             "value": f"{w.start_us}:{w.cutoff_us}",
                                                             "version": self.version()}])
+                marks["writing_at"] = time.time()
                 if w.scores is not None:
                     self.store.insert_arrow("otel.loop_scores", w.scores,
                                             {"insert_deduplication_token": "scores:" + token})
+                    marks["scores_at"] = time.time()
                 if w.events is not None:
                     self.store.insert_arrow("otel.loop_events", w.events,
                                             {"insert_deduplication_token": "events:" + token})
+                    marks["events_at"] = time.time()
                 if w.announced:
                     self.store.insert_arrow("otel.loop_events", event_table(w.announced),
                                             {"insert_deduplication_token": "announced:" + token})
@@ -312,16 +317,21 @@ class DetectorJob:
                     w.announced = []
             if w.decisions is not None:
                 self.store.insert_arrow("otel.loop_decisions", w.decisions)
+                marks["decisions_at"] = time.time()
             if w.rebound:
                 self._withdraw_fallback_sessions(w.rebound, w.version)
             self.book.put(w.out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
+            marks["decided_at"] = time.time()
             if not w.replay:
                 insert_rows(self.store, "otel.loop_meta",
                             [{"key": self._meta_key("watermark"), "value": str(w.cutoff_us), "version": self.version()}])
             self.watermark_us = w.cutoff_us
+            marks["watermark_at"] = time.time()
             if not w.replay:
                 self.processed_us = w.cutoff_us
         self.unwritten = None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("cycle written", extra={"cutoff_us": w.cutoff_us, "replay": w.replay, **marks})
 
     def _retry_unwritten(self) -> None:
         """The writes of a cycle that failed after the engine had scored its calls, retried before anything else

@@ -15,6 +15,8 @@ an insert of its own while the rest queued behind it (groups of 7 and 1 by turns
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -22,6 +24,8 @@ from typing import Generic, TypeVar
 import anyio
 
 __all__ = ["GroupCommitter", "LINGER_STEP_SECONDS", "MAX_GROUP_BYTES", "take_group"]
+
+log = logging.getLogger("loop_detector.ingest")
 
 Item = TypeVar("Item")  # what is queued: a decoded request, a table of log rows
 Outcome = TypeVar("Outcome")  # what its sender is answered
@@ -59,6 +63,7 @@ class GroupCommitter(Generic[Item, Outcome]):
         self.max_group_bytes = max_group_bytes
         self.linger_seconds = linger_seconds
         self._queue: list[tuple[Item, asyncio.Future[Outcome]]] = []
+        self._queued_at: list[float] = []  # when each queued item was submitted (wall clock), in queue order
         self._task: asyncio.Task[None] | None = None
         self._arriving = 0  # items being read or decoded, not yet submitted
 
@@ -75,6 +80,7 @@ class GroupCommitter(Generic[Item, Outcome]):
         """Queue ``item``; its outcome once the group holding it is committed."""
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
+        self._queued_at.append(time.time())
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
         return await asyncio.shield(future)
@@ -82,9 +88,12 @@ class GroupCommitter(Generic[Item, Outcome]):
     async def _drain(self) -> None:
         while self._queue:
             await self._gather()
+            gathered = time.time()
             group = take_group(self._queue, self.nbytes, self.max_group_bytes)
+            queued_at, self._queued_at = self._queued_at[:len(group)], self._queued_at[len(group):]
             try:
-                outcomes = await anyio.to_thread.run_sync(self.commit_group, [item for item, _ in group])
+                outcomes = await anyio.to_thread.run_sync(self._timed_commit, [item for item, _ in group],
+                                                          queued_at, gathered)
             except BaseException as exc:  # cancelled (shutdown) or a bug
                 for _, future in group:
                     if not future.done():
@@ -95,6 +104,17 @@ class GroupCommitter(Generic[Item, Outcome]):
             for (_, future), outcome in zip(group, outcomes, strict=True):
                 if not future.done():
                     future.set_result(outcome)
+
+    def _timed_commit(self, items: list[Item], queued_at: list[float], gathered: float) -> list[Outcome]:
+        """``commit_group`` (in the worker thread), its timings in the debug log: where a request's lag goes
+        (``bench/lag.py`` reads them)."""
+        started = time.time()
+        outcomes = self.commit_group(items)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("group committed", extra={"group_items": len(items), "queued_at": queued_at,
+                                                "gathered_at": gathered, "commit_started_at": started,
+                                                "commit_ended_at": time.time()})
+        return outcomes
 
     async def _gather(self) -> None:
         """Let the items arriving alongside join this group: wait while some are being read or decoded, at least one

@@ -60,6 +60,14 @@ def failure_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _log_cycle(stats: object, started_at: float) -> None:
+    """A cycle's timings in the debug log (wall clock): where a span's decision lag goes (``bench/lag.py``)."""
+    log.debug("detection cycle", extra={"cycle_started_at": started_at, "cycle_ended_at": time.time(),
+                                        "calls_read": getattr(stats, "calls_read", None),
+                                        "watermark_us": getattr(stats, "watermark_us", None),
+                                        "phases": getattr(stats, "phases", None)})
+
+
 class CycleLoop:
     """Calls ``cycle`` in its own thread every ``interval_seconds`` (every ``min_interval_seconds`` while nudged; up
     to every ``idle_interval_seconds`` when nothing was committed, see the module) until :meth:`stop`. ``clock`` and
@@ -128,12 +136,15 @@ class CycleLoop:
             quiet = previous is not None and self._last_nudge + self.settle_seconds <= previous
             self._quiet_cycles = self._quiet_cycles + 1 if quiet else 0
             previous = started
+            wall = time.time()
             try:
-                self.cycle()
+                stats = self.cycle()
             except Exception as exc:  # keep the schedule alive; the next cycle retries from the same watermark
                 self._failed(exc)
             else:
                 self._succeeded(started)
+                if log.isEnabledFor(logging.DEBUG):
+                    _log_cycle(stats, wall)
             ended = self._clock()
             start = self.next_start(started, ended)
 
