@@ -260,7 +260,7 @@ STEPS = (
     ("score", "cycle: score"),
     ("tables", "cycle: rows to tables, store wait"),
     ("writes", "cycle: writes until the decision is served (writing row, scores, events, decisions)"),
-    ("watermark", "cycle: the watermark row (decision already served)"),
+    ("watermark", "cycle: decision served -> the watermark shown moves"),
     ("poll", "watermark -> seen by the 10 ms poll"),
 )
 
@@ -384,7 +384,8 @@ class TreeServe(ServeProcess):
 
     def __init__(self, tree: Path, data_dir: Path, config_path: str | None) -> None:
         super().__init__(data_dir, config_path=config_path, extra_args=("--log-level", "debug"), cwd=tree)
-        self.python = str(tree / ".venv" / "bin" / "python")
+        venv = tree / ".venv" / "bin" / "python"  # (a tree without one: this interpreter, the tree's code first)
+        self.python = str(venv) if venv.exists() else sys.executable
 
     def start(self) -> ServeProcess:
         executable, sys.executable = sys.executable, self.python
@@ -427,18 +428,21 @@ COMPARED = (("lag p50", "p50"), ("lag p99", "p99"), ("exact lag p99", "exact_p99
 
 
 def comparison(runs: list[tuple[str, dict, list[dict]]], rates: list[int]) -> str:
-    """The key figures of alternating runs of two trees, run by run, and the ratio of their medians (new / old)."""
+    """The key figures of alternating runs of several trees, run by run, and the ratio of each tree's median to
+    the first tree's (the baseline)."""
     trees = list(dict.fromkeys(name for name, _, _ in runs))
-    lines = ["| figure | " + " | ".join(f"{name} run {k + 1}" for k, (name, _, _) in enumerate(runs))
-             + f" | ratio {trees[-1]} / {trees[0]} (medians) |", "|---" * (len(runs) + 2) + "|"]
+    lines = ["| figure | " + " | ".join(f"{name} run {k + 1}" for k, (name, _, _) in enumerate(runs)) + " | "
+             + " | ".join(f"ratio {t} / {trees[0]} (medians)" for t in trees[1:]) + " |",
+             "|---" * (len(runs) + len(trees)) + "|"]
     for rate_index, rate in enumerate([20, *rates]):
         for label, key in COMPARED:
             values = [(name, (trickle if rate_index == 0 else results[rate_index - 1])) for name, trickle, results in runs]
             figure = [r[key] / (r["rate"] if key == "achieved" else 1) for _, r in values]
             by_tree = {t: statistics.median([f for (n, _), f in zip(values, figure, strict=True) if n == t])
                        for t in trees}
-            ratio = by_tree[trees[-1]] / by_tree[trees[0]] if by_tree[trees[0]] else float("nan")
-            lines.append(f"| {rate:,} spans/s: {label} | " + " | ".join(f"{f:.2f}" for f in figure) + f" | {ratio:.2f} |")
+            ratios = [by_tree[t] / by_tree[trees[0]] if by_tree[trees[0]] else float("nan") for t in trees[1:]]
+            lines.append(f"| {rate:,} spans/s: {label} | " + " | ".join(f"{f:.2f}" for f in figure) + " | "
+                         + " | ".join(f"{r:.2f}" for r in ratios) + " |")
     return "\n".join(lines)
 
 
@@ -451,16 +455,19 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="another checkout with its own .venv (the code before): runs "
                         "alternate, that tree first, --rounds times each")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tree", type=Path, action="append", help="a checkout whose serve is measured (default: "
+                        "this one; repeated: each, alternating after --compare's)")
     parser.add_argument("--update-docs", action="store_true")
     args = parser.parse_args()
     rates = [int(x) for x in args.rates.split(",") if x.strip()]
+    trees = [t.resolve() for t in (args.tree or [ROOT])]
     if args.compare is None:
-        baseline, results = run_once(ROOT, rates, args, 16)
+        baseline, results = run_once(trees[0], rates, args, 16)
         out = table(baseline, results, args.sessions)
     else:
         runs = []
         for k in range(args.rounds):
-            for tree in (args.compare.resolve(), ROOT):
+            for tree in (args.compare.resolve(), *trees):
                 baseline, results = run_once(tree, rates, args, 16 + k)
                 runs.append((tree.name, baseline, results))
                 print(f"### {tree.name}, run {k + 1}\n\n{table(baseline, results, args.sessions)}\n", flush=True)
