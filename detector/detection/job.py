@@ -322,12 +322,14 @@ class DetectorJob:
                 self._withdraw_fallback_sessions(w.rebound, w.version)
             self.book.put(w.out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
             marks["decided_at"] = time.time()
-            if not w.replay:
-                insert_rows(self.store, "otel.loop_meta",
-                            [{"key": self._meta_key("watermark"), "value": str(w.cutoff_us), "version": self.version()}])
+            # What the API serves and reads (decisions, scores, events) is stored: the watermark it shows moves now,
+            # not after the row that only a restart reads (the engine holds these calls already: a failed row is
+            # written again with the rest by _retry_unwritten, and a restart before it reruns the range: load()).
             self.watermark_us = w.cutoff_us
             marks["watermark_at"] = time.time()
             if not w.replay:
+                insert_rows(self.store, "otel.loop_meta",
+                            [{"key": self._meta_key("watermark"), "value": str(w.cutoff_us), "version": self.version()}])
                 self.processed_us = w.cutoff_us
         self.unwritten = None
         if log.isEnabledFor(logging.DEBUG):

@@ -1,0 +1,66 @@
+"""The watermark the API shows moves once what the API serves and reads is stored, not after the restart's row.
+
+A cycle's last statement is its watermark row in ``otel.loop_meta``, which only a restart reads (``load``); the
+decisions, scores and events are stored before it. The watermark in memory (``/healthz``, what a caller waiting for
+its decisions polls) moves before that row, so the row's insert is not part of the decision lag. The store refuses
+for real: once the cycle's scores are stored, ``min_free_disk_bytes_to_perform_insert`` on ``otel.loop_meta`` makes
+ClickHouse refuse the watermark row (code 243, a full disk). The watermark shown has moved all the same; the row is
+written by the next cycle, with the rest of the cycle's writes again (stored once), and nothing is scored twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from support.enforcement import make_config
+from support.otlp_senders import chat_spans, encode, new_conversation, post_body
+
+from detector.service.process import running_service
+from detector.storage.transport import StoreError
+
+REFUSE_META = "ALTER TABLE otel.loop_meta MODIFY SETTING min_free_disk_bytes_to_perform_insert = {n:UInt64}"
+NEVER_ENOUGH = 2**62  # more free bytes than any disk has: every insert into the table is refused
+SPANS = 12
+SCORES_OF = "SELECT count() AS n, uniqExact(scope, span_id) AS u FROM otel.loop_scores WHERE session_id = {c:String}"
+META = "SELECT value FROM otel.loop_meta FINAL WHERE key = 'watermark:0/1'"
+
+
+def test_the_watermark_shown_moves_before_the_row_only_a_restart_reads(tmp_path):
+    # cycles only when this test runs one
+    config = make_config(detector={"interval_seconds": 3600, "min_interval_seconds": 3600, "checkpoint_seconds": 0})
+    with running_service(config, tmp_path) as (service, eps):
+        job, store = service.job, service.store
+        job.run_cycle()  # the first cycle the schedule started at once, done
+        conversation = new_conversation()
+        spans = chat_spans(SPANS, conversation, tool_every=4)
+        llm_calls = sum(1 for s in spans if s.attributes.get("gen_ai.operation.name") == "chat")
+        with httpx.Client(base_url=eps.otlp, timeout=30) as client:
+            assert post_body(client, encode(spans)).status_code == 200
+        time.sleep(0.01)
+        watermark = job.watermark_us
+        insert_arrow = store.insert_arrow
+
+        def refuse_meta_after_scores(table, data, settings=None):  # the real insert, then the real refusal
+            insert_arrow(table, data, settings)
+            if table == "otel.loop_scores":
+                store.command(REFUSE_META, {"n": NEVER_ENOUGH})
+
+        store.insert_arrow = refuse_meta_after_scores
+        try:
+            with pytest.raises(StoreError, match="Code: 243"):
+                job.run_cycle()
+        finally:
+            store.insert_arrow = insert_arrow
+        assert job.watermark_us > watermark  # shown: its decisions, scores and events are stored
+        assert httpx.get(eps.api + "/healthz", timeout=10).json()["watermark_us"] == job.watermark_us
+        scores = store.rows(SCORES_OF, {"c": conversation})[0]
+        assert scores["n"] == scores["u"] > 0
+        assert int(store.rows(META)[0]["value"]) < job.watermark_us  # the restart's row: not written yet
+        store.command(REFUSE_META, {"n": 0})  # space is back
+        shown = job.watermark_us
+        job.run_cycle()
+        assert int(store.rows(META)[0]["value"]) >= shown
+        assert store.rows(SCORES_OF, {"c": conversation})[0] == scores  # stored once
+        assert job.engine.states[("session", conversation)].calls == llm_calls  # through the engine once
