@@ -120,27 +120,33 @@ def plan(rate: int, seconds: float, sessions: int, start: float, rng: random.Ran
 
 @dataclass
 class Monitor:
-    """Polls /healthz: (poll time, watermark seconds) pairs."""
+    """Polls /healthz: (answered at, watermark seconds, sent at) triples."""
 
     api: str
-    samples: list[tuple[float, float]] = field(default_factory=list)
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         with httpx.Client(timeout=10) as client:
             while not self.stop.is_set():
+                sent = time.time()
                 try:
                     watermark = client.get(self.api + "/healthz").json()["watermark_us"] / 1e6
                 except httpx.HTTPError:
                     continue
-                self.samples.append((time.time(), watermark))
+                self.samples.append((time.time(), watermark, sent))
                 time.sleep(0.01)
 
     def reflected_at(self, acked: float) -> float | None:
         """The first poll time whose watermark is past ``acked`` (watermarks only grow)."""
-        watermarks = [w for _, w in self.samples]
+        sample = self.sample_past(acked)
+        return sample[0] if sample is not None else None
+
+    def sample_past(self, acked: float) -> tuple[float, float, float] | None:
+        """The first poll whose watermark is past ``acked``."""
+        watermarks = [w for _, w, _ in self.samples]
         i = bisect.bisect_left(watermarks, acked)
-        return self.samples[i][0] if i < len(self.samples) else None
+        return self.samples[i] if i < len(self.samples) else None
 
 
 def send(otlp: str, planned: list[Planned]) -> None:
@@ -261,7 +267,8 @@ STEPS = (
     ("tables", "cycle: rows to tables, store wait"),
     ("writes", "cycle: writes until the decision is served (writing row, scores, events, decisions)"),
     ("watermark", "cycle: decision served -> the watermark shown moves"),
-    ("poll", "watermark -> seen by the 10 ms poll"),
+    ("poll", "watermark shown -> the poll that shows it is sent (10 ms polls)"),
+    ("answer", "that poll sent -> answered (the API's response time)"),
 )
 
 
@@ -317,7 +324,7 @@ def breakdown(log: ServeLog, monitor: Monitor, timed: list[Planned], inserted: d
         ins = inserted[p.span_id]
         group = log.groups[max(0, bisect.bisect_right(starts, ins) - 1)]
         k = bisect.bisect_right(marks, ins)
-        seen = monitor.reflected_at(ins)
+        seen = monitor.sample_past(ins)
         if k >= len(log.cycles) or seen is None:
             continue
         cycle = log.cycles[k]
@@ -327,7 +334,7 @@ def breakdown(log: ServeLog, monitor: Monitor, timed: list[Planned], inserted: d
         chain = [p.at, p.posted, queued[p.span_id], group["gathered_at"], ins, group["commit_ended_at"], c0,
                  c0 + phases["transform"], c0 + phases["transform"] + phases["read"], scored,
                  written.get("held_at", scored), written.get("decided_at", scored),
-                 written.get("watermark_at", scored + phases["write"]), seen]
+                 written.get("watermark_at", scored + phases["write"]), seen[2], seen[0]]
         for i in range(1, len(chain)):
             chain[i] = max(chain[i], chain[i - 1])
         for (name, _), before, after in zip(STEPS, chain[:-1], chain[1:], strict=True):
