@@ -302,6 +302,12 @@ class DetectorJob:
                                                             "value": f"{w.start_us}:{w.cutoff_us}",
                                                             "version": self.version()}])
                 marks["writing_at"] = time.time()
+            # Served once the range is recorded (the engine holds these calls; whatever happens to the writes below,
+            # the same range gives the same decisions: retried by _retry_unwritten, rerun after a restart by load()),
+            # not after the inserts: /v1/check has them that much sooner. Before the watermark moves, as ever.
+            self.book.put(w.out.decisions)
+            marks["decided_at"] = time.time()
+            if not w.replay:
                 if w.scores is not None:
                     self.store.insert_arrow("otel.loop_scores", w.scores,
                                             {"insert_deduplication_token": "scores:" + token})
@@ -320,8 +326,7 @@ class DetectorJob:
                 marks["decisions_at"] = time.time()
             if w.rebound:
                 self._withdraw_fallback_sessions(w.rebound, w.version)
-            self.book.put(w.out.decisions)  # before the watermark moves: whoever waits for it reads fresh decisions
-            marks["decided_at"] = time.time()
+                self.book.put(w.out.decisions)  # after the withdrawal (it drops scopes from the book), as before
             # What the API serves and reads (decisions, scores, events) is stored: the watermark it shows moves now,
             # not after the row that only a restart reads (the engine holds these calls already: a failed row is
             # written again with the rest by _retry_unwritten, and a restart before it reruns the range: load()).

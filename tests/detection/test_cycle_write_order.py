@@ -1,4 +1,10 @@
-"""The watermark the API shows moves once what the API serves and reads is stored, not after the restart's row.
+"""What the API serves comes as soon as it can: the decisions once the cycle's range is recorded, the watermark once
+what the API reads is stored (not after the row only a restart reads).
+
+The decisions (``/v1/check``) are put in the book right after the cycle's ``writing`` row, before its scores, events
+and decisions are inserted: the same range gives the same decisions, whatever happens to those inserts (retried by
+the next cycle, rerun after a restart). Refused for real (NOT_ENOUGH_SPACE on ``otel.loop_scores``), the cycle's
+decision is served all the same, the watermark stays, and the retry stores each score once.
 
 A cycle's last statement is its watermark row in ``otel.loop_meta``, which only a restart reads (``load``); the
 decisions, scores and events are stored before it. The watermark in memory (``/healthz``, what a caller waiting for
@@ -20,11 +26,38 @@ from support.otlp_senders import chat_spans, encode, new_conversation, post_body
 from detector.service.process import running_service
 from detector.storage.transport import StoreError
 
+REFUSE_SCORES = "ALTER TABLE otel.loop_scores MODIFY SETTING min_free_disk_bytes_to_perform_insert = {n:UInt64}"
 REFUSE_META = "ALTER TABLE otel.loop_meta MODIFY SETTING min_free_disk_bytes_to_perform_insert = {n:UInt64}"
 NEVER_ENOUGH = 2**62  # more free bytes than any disk has: every insert into the table is refused
 SPANS = 12
 SCORES_OF = "SELECT count() AS n, uniqExact(scope, span_id) AS u FROM otel.loop_scores WHERE session_id = {c:String}"
 META = "SELECT value FROM otel.loop_meta FINAL WHERE key = 'watermark:0/1'"
+
+
+def test_the_decisions_are_served_before_the_scores_are_stored(tmp_path):
+    # cycles only when this test runs one
+    config = make_config(detector={"interval_seconds": 3600, "min_interval_seconds": 3600, "checkpoint_seconds": 0})
+    with running_service(config, tmp_path) as (service, eps):
+        job, store = service.job, service.store
+        job.run_cycle()  # the first cycle the schedule started at once, done
+        conversation = new_conversation()
+        with httpx.Client(base_url=eps.otlp, timeout=30) as client:
+            assert post_body(client, encode(chat_spans(SPANS, conversation, tool_every=4))).status_code == 200
+        time.sleep(0.01)
+        watermark = job.watermark_us
+        store.command(REFUSE_SCORES, {"n": NEVER_ENOUGH})
+        with pytest.raises(StoreError, match="Code: 243"):
+            job.run_cycle()
+        served = job.book.get("session", conversation)
+        assert served is not None  # served: the scores are not stored yet
+        assert job.watermark_us == watermark
+        assert store.rows(SCORES_OF, {"c": conversation})[0]["n"] == 0
+        store.command(REFUSE_SCORES, {"n": 0})  # space is back
+        job.run_cycle()
+        assert job.watermark_us > watermark
+        scores = store.rows(SCORES_OF, {"c": conversation})[0]
+        assert scores["n"] == scores["u"] > 0  # each stored once
+        assert job.book.get("session", conversation) == served
 
 
 def test_the_watermark_shown_moves_before_the_row_only_a_restart_reads(tmp_path):
