@@ -28,6 +28,18 @@ the span's end.
 The baseline, measured first in the same run: a trickle (20 spans/s), where the lag is one insert and the cycle
 schedule.
 The machine is shared: the 1-minute load average before each rate is printed beside it.
+
+Where the lag goes (the "lag step" rows): ``serve`` runs with ``--log-level debug`` and logs, for each group commit,
+when its requests were queued, when the group was taken and its commit ran (:mod:`detector.ingest.group_commit`); for
+each cycle, its start and phases (:mod:`detector.service.cycle_loop`, ``CycleStats.phases``) and when its writes held
+the store, served the decisions and moved the watermark (``DetectorJob._write``). Each request's exact lag is cut
+at those instants (:data:`STEPS`; a tree that does not log them gets no step rows).
+
+    .venv/bin/python bench/lag.py --rates "" --compare ../wt-base --tree . --tree ../wt-other --rounds 3
+
+runs each tree's own ``serve`` (its code; its ``.venv`` if it has one, else this interpreter), the ``--compare`` tree
+first, alternating, ``--rounds`` times, and prints each run's table and the key figures side by side with the ratio
+of each tree's median to the first's.
 """
 
 from __future__ import annotations
@@ -257,7 +269,7 @@ def exact(data_dir: Path, monitor: Monitor, timed: list[Planned], log: ServeLog)
 STEPS = (
     ("export", "scheduled -> posted (the sender)"),
     ("receive", "posted -> queued (HTTP, read, decode)"),
-    ("linger", "queued -> group taken (the group commit's linger)"),
+    ("linger", "queued -> group taken (the linger; the group before it committing)"),
     ("to_insert", "group taken -> insert (store held by a cycle, journal)"),
     ("insert", "insert -> committed (the insert, the nudge)"),
     ("next_cycle", "committed -> next cycle starts (min interval)"),
@@ -320,6 +332,7 @@ def breakdown(log: ServeLog, monitor: Monitor, timed: list[Planned], inserted: d
             i = bisect.bisect_left(times, p.posted)
             queued[p.span_id] = times.pop(i) if i < len(times) else log.groups[index]["gathered_at"]
     steps: dict[str, list[float]] = {name: [] for name, _ in STEPS}
+    served: list[float] = []  # span end -> the decision in the book (/v1/check has it), on serve's clock
     for p in timed:
         ins = inserted[p.span_id]
         group = log.groups[max(0, bisect.bisect_right(starts, ins) - 1)]
@@ -337,9 +350,10 @@ def breakdown(log: ServeLog, monitor: Monitor, timed: list[Planned], inserted: d
                  written.get("watermark_at", scored + phases["write"]), seen[2], seen[0]]
         for i in range(1, len(chain)):
             chain[i] = max(chain[i], chain[i - 1])
+        served.append(chain[11] - p.at)
         for (name, _), before, after in zip(STEPS, chain[:-1], chain[1:], strict=True):
             steps[name].append(after - before)
-    out: dict[str, float] = {}
+    out: dict[str, float] = _percentiles("served_", served) if served else {}
     for name, values in steps.items():
         if values:
             out[f"step_{name}_mean"] = statistics.fmean(values)
@@ -360,6 +374,9 @@ def table(baseline: dict[str, float], results: list[dict[str, float]], sessions:
              f"| trickle (20 spans/s, baseline): lag p99 | {baseline['p99']:.2f} | s | 1.00 |",
              f"| trickle (20 spans/s, baseline): exact lag p50 / p99 | {baseline['exact_p50']:.2f} / {baseline['exact_p99']:.2f} | s | 1.00 (p99) |",
              f"| trickle (20 spans/s, baseline): of which sent -> insert / insert -> decision, p50 | {baseline['queued_p50']:.2f} / {baseline['inserted_p50']:.2f} | s |  |"]
+    if "served_p50" in baseline:
+        lines.append(f"| trickle (20 spans/s, baseline): lag to the decision served (in the book: /v1/check has it), "
+                     f"p50 / p99 | {baseline['served_p50']:.2f} / {baseline['served_p99']:.2f} | s |  |")
     lines += _step_rows("trickle (20 spans/s, baseline)", baseline)
     for r in results:
         name = f"{r['rate']:,} spans/s over {sessions:,} sessions"
@@ -375,6 +392,9 @@ def table(baseline: dict[str, float], results: list[dict[str, float]], sessions:
             f"| {name}: mean detection cycle | {r['cycle_mean'] * 1000:,.0f} | ms |  |",
             f"| {name}: load average (1 min) before | {r['load']:.1f} | (2 CPUs) |  |",
         ]
+        if "served_p50" in r:
+            lines.append(f"| {name}: lag to the decision served (in the book: /v1/check has it), p50 / p99 | "
+                         f"{r['served_p50']:.2f} / {r['served_p99']:.2f} | s |  |")
         lines += _step_rows(name, r)
     return "\n".join(lines)
 
@@ -431,7 +451,7 @@ def run_once(tree: Path, rates: list[int], args: argparse.Namespace, seed: int) 
 
 
 COMPARED = (("lag p50", "p50"), ("lag p99", "p99"), ("exact lag p99", "exact_p99"),
-            ("acknowledged / offered", "achieved"))
+            ("insert -> decision p50", "inserted_p50"), ("acknowledged / offered", "achieved"))
 
 
 def comparison(runs: list[tuple[str, dict, list[dict]]], rates: list[int]) -> str:
