@@ -10,9 +10,6 @@ Lingering: before it takes its items, a group may let those arriving alongside j
 :data:`LINGER_STEP_SECONDS`, then as long as a receiver is still reading or decoding a request (:meth:`arriving`),
 at most ``linger_seconds``. Senders answered together send again together; without the wait the first of them got
 an insert of its own while the rest queued behind it (groups of 7 and 1 by turns, with 8 senders: ``bench/lag.py``).
-A lone sender has nobody to wait for: a request that comes alone (nothing else queued or arriving) after a group
-that was alone too (one item, nothing queued while it committed) is committed at once, without the step. The first
-group, and any after a group of several, waits as above.
 """
 
 from __future__ import annotations
@@ -69,7 +66,6 @@ class GroupCommitter(Generic[Item, Outcome]):
         self._queued_at: list[float] = []  # when each queued item was submitted (wall clock), in queue order
         self._task: asyncio.Task[None] | None = None
         self._arriving = 0  # items being read or decoded, not yet submitted
-        self._alone = False  # the last group held one item and nothing queued while it committed
 
     @contextmanager
     def arriving(self) -> Iterator[None]:
@@ -105,7 +101,6 @@ class GroupCommitter(Generic[Item, Outcome]):
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            self._alone = len(group) == 1 and not self._queue
             for (_, future), outcome in zip(group, outcomes, strict=True):
                 if not future.done():
                     future.set_result(outcome)
@@ -123,10 +118,7 @@ class GroupCommitter(Generic[Item, Outcome]):
 
     async def _gather(self) -> None:
         """Let the items arriving alongside join this group: wait while some are being read or decoded, at least one
-        step (a sender answered a moment ago is sending again), at most ``linger_seconds``; not at all for a lone
-        item after a lone group (see the module)."""
-        if self._alone and len(self._queue) == 1 and not self._arriving:
-            return
+        step (a sender answered a moment ago is sending again), at most ``linger_seconds``."""
         waited = 0.0
         while waited < self.linger_seconds:
             await asyncio.sleep(LINGER_STEP_SECONDS)
