@@ -297,6 +297,20 @@ def stored_steps_of_traces(store: Any, traces: dict[str, list[str]], expected: d
     return out
 
 
+# The statuses the OTLP/HTTP exporter retries (opentelemetry-exporter-otlp-proto-http: 429, 502, 503, 504), and for
+# how long a replay keeps sending one request again (the receiver's refusals under load last about a second each).
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_FOR_SECONDS = 60.0
+
+
+def retry_delay(retry_after: str | None) -> float:
+    """The wait a refusal asks for (``Retry-After`` in seconds), 1 s when it names none, never more than 5 s."""
+    try:
+        return min(5.0, max(0.05, float(retry_after))) if retry_after else 1.0
+    except ValueError:
+        return 1.0
+
+
 def replay_recorded(recordings: Sequence[Any], config: AppConfig, *, config_name: str = LOOP_DETECTOR,
                     progress: ProgressBar | None = None, data_dir: str | None = None) -> Replay:
     """Replay recorded sessions (:mod:`detector.evaluation.recorded`) through a fresh in-process service running
@@ -320,9 +334,15 @@ def replay_recorded(recordings: Sequence[Any], config: AppConfig, *, config_name
         sessions: dict[str, str] = {}  # the session the pipeline resolved for a run (for calls that lost theirs)
 
         def post(body: bytes) -> None:
-            reply = client.post(f"{eps.otlp}/v1/traces", content=body, headers={"content-type": "application/json"})
-            if reply.status_code != 200:
-                raise RuntimeError(f"the receiver refused a recorded request: {reply.status_code} {reply.text[:200]}")
+            deadline = time.monotonic() + RETRY_FOR_SECONDS
+            while True:  # a retryable refusal (a busy machine) is sent again after its delay, as an exporter does
+                reply = client.post(f"{eps.otlp}/v1/traces", content=body, headers={"content-type": "application/json"})
+                if reply.status_code == 200:
+                    return
+                if reply.status_code not in RETRYABLE_STATUSES or time.monotonic() > deadline:
+                    raise RuntimeError(f"the receiver refused a recorded request: {reply.status_code} "
+                                       f"{reply.text[:200]}")
+                time.sleep(retry_delay(reply.headers.get("retry-after")))
 
         rounds = max(len(b) for b in batches.values())
         for i in range(rounds):
