@@ -22,6 +22,7 @@ from support.servers import serve_app
 from support.webhook_receiver import WebhookReceiver
 
 from detector.cli.demo import looping_step
+from detector.evaluation.simulate import wait_for_detector
 from detector.service.process import free_port, running_service
 from detector.service.webhooks import (
     EVENT_ID_HEADER,
@@ -294,6 +295,11 @@ def test_deliveries_survive_a_killed_service(tmp_path):
                        what="the escalations in the outbox")
             wait_until(lambda: len({a.webhook_id for a in receiver.all()}) >= 2, what="failed attempts")
             assert not receiver.accepted()
+            # every span scored and each cycle's events handed to the outbox (a cycle's observers run after its
+            # watermark shows, so the one after it is waited for too): the kill lands between cycles, the outbox
+            # holds what the events table holds (an event written in the instant before a kill is another test's)
+            wait_for_detector(api, time.time_ns() // 1000)
+            wait_for_detector(api, time.time_ns() // 1000)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
