@@ -10,20 +10,16 @@ and APScheduler runs the eviction job every ``eviction_interval_seconds``.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
-import secrets
 import signal
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -43,6 +39,16 @@ from detector.ingest.counters import IngestMetrics
 from detector.ingest.grpc_receiver import GrpcBindError, OTLPGrpcReceiver
 from detector.ingest.receiver import create_otlp_app
 from detector.service.admission_metrics import AdmissionMetrics
+from detector.service.credentials import (
+    API_TOKEN_FILE,
+    api_token_required,
+    is_loopback,
+    otlp_tls,
+    otlp_tokens,
+    resolve_admin_token,
+    resolve_api_token,
+    resolve_clickhouse_password,
+)
 from detector.service.cycle_loop import CycleLoop
 from detector.service.data_dir import private_directory
 from detector.service.http_server import Server, make_server
@@ -58,22 +64,10 @@ from detector.storage.retention import apply_retention
 from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, Store, open_store
 
-__all__ = [
-    "ADMIN_TOKEN_ENV", "ADMIN_TOKEN_FILE", "API_TOKEN_ENV", "API_TOKEN_FILE", "CLICKHOUSE_PASSWORD_ENV",
-    "CLICKHOUSE_PASSWORD_FILE", "Endpoints", "INGEST_JOURNAL_DIR", "OTLP_TOKEN_ENV", "Service", "api_token_required",
-    "free_port", "is_loopback", "otlp_tokens", "resolve_admin_token", "resolve_api_token",
-    "resolve_clickhouse_password", "running_service",
-]
+__all__ = ["Endpoints", "INGEST_JOURNAL_DIR", "Service", "free_port", "running_service"]
 
 log = logging.getLogger("loop_detector")
 
-ADMIN_TOKEN_ENV = "LOOP_DETECTOR_ADMIN_TOKEN"
-ADMIN_TOKEN_FILE = "admin-token"
-API_TOKEN_ENV = "LOOP_DETECTOR_API_TOKEN"
-API_TOKEN_FILE = "api-token"
-OTLP_TOKEN_ENV = "LOOP_DETECTOR_OTLP_TOKEN"
-CLICKHOUSE_PASSWORD_ENV = "LOOP_DETECTOR_CLICKHOUSE_PASSWORD"
-CLICKHOUSE_PASSWORD_FILE = "clickhouse-password"
 WEBHOOK_FLUSH_SECONDS = 5.0  # at shutdown, deliveries due now get this long (the outbox keeps the rest)
 INGEST_JOURNAL_DIR = "ingest-journal"  # batches being committed, and the committed requests (idempotent retries)
 
@@ -84,84 +78,6 @@ class Endpoints:
     api: str
     otlp_grpc: str = ""  # host:port of the OTLP/gRPC receiver ('' when it is off or not started yet)
     clickhouse: str | None = None  # the ClickHouse-compatible HTTP endpoint, when configured
-
-
-def _resolve_token(configured: str | None, env_name: str, path: Path, label: str) -> str:
-    """A token: configured, else the environment, else a random one created at first start in ``path`` (mode
-    0600). Only the file's path is ever logged."""
-    if configured:
-        return configured
-    env = os.environ.get(env_name)
-    if env:
-        return env
-    if path.exists():
-        return path.read_text().strip()
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    log.info("created %s file %s (mode 0600)", label, path)
-    return token
-
-
-def resolve_admin_token(config: AppConfig, data_dir: Path) -> str:
-    """The admin token: config ``api.admin_token``, else ``$LOOP_DETECTOR_ADMIN_TOKEN``, else
-    ``<data-dir>/admin-token``."""
-    return _resolve_token(config.api.admin_token, ADMIN_TOKEN_ENV, data_dir / ADMIN_TOKEN_FILE, "admin token")
-
-
-def resolve_api_token(config: AppConfig, data_dir: Path) -> str:
-    """The agents' token for the enforcement reads (not the admin's): config ``api.api_token``, else
-    ``$LOOP_DETECTOR_API_TOKEN``, else ``<data-dir>/api-token``."""
-    return _resolve_token(config.api.api_token, API_TOKEN_ENV, data_dir / API_TOKEN_FILE, "API token")
-
-
-def resolve_clickhouse_password(config: AppConfig, data_dir: Path) -> str:
-    """The ClickHouse HTTP endpoint's password (user ``default``): config ``clickhouse_http.password``, else
-    ``$LOOP_DETECTOR_CLICKHOUSE_PASSWORD``, else ``<data-dir>/clickhouse-password``."""
-    return _resolve_token(config.clickhouse_http.password, CLICKHOUSE_PASSWORD_ENV,
-                          data_dir / CLICKHOUSE_PASSWORD_FILE, "ClickHouse HTTP password")
-
-
-def otlp_tokens(config: AppConfig) -> list[str]:
-    """The bearer tokens the OTLP receiver accepts: ``ingest.bearer_tokens``, ``$LOOP_DETECTOR_OTLP_TOKEN`` and the
-    non-empty lines of ``ingest.bearer_token_file`` (the collector's ``bearertokenauth`` ``filename``)."""
-    tokens = list(config.ingest.bearer_tokens)
-    env = os.environ.get(OTLP_TOKEN_ENV, "").strip()
-    if env:
-        tokens.append(env)
-    if config.ingest.bearer_token_file:
-        try:
-            lines = Path(config.ingest.bearer_token_file).read_text().splitlines()
-        except OSError as exc:
-            raise ConfigError([f"ingest.bearer_token_file: cannot read: {exc.strerror}"]) from None
-        tokens.extend(line.strip() for line in lines if line.strip())
-    return tokens
-
-
-def _otlp_tls(config: AppConfig) -> dict[str, Any]:
-    tls = config.ingest.tls
-    if tls is None:
-        return {}
-    options: dict[str, Any] = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file}
-    if tls.client_ca_file:
-        options.update(ssl_ca_certs=tls.client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
-    return options
-
-
-def api_token_required(mode: str, host: str) -> bool:
-    """Whether the enforcement reads need the API token on an API listening on ``host``."""
-    return mode == "always" or (mode == "auto" and not is_loopback(host))
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listen address is reachable from this machine only (a name other than localhost is not)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Service:
@@ -402,7 +318,7 @@ class Service:
                                   f"choose another port with {OTLP_GRPC.flag} (0: a free one), or --no-otlp-grpc"
                                   ) from None
             self.endpoints.otlp_grpc = f"{_url_host(self.host)}:{port}"
-        servers = [make_server(self.otlp_app, self.config.http, **_otlp_tls(self.config)),
+        servers = [make_server(self.otlp_app, self.config.http, **otlp_tls(self.config)),
                    make_server(self.api_app, self.config.http)]
         if self.clickhouse_app is not None:
             servers.append(make_server(self.clickhouse_app, self.config.http))

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.enforcement import FAST_LEVELS, admin_headers, agent, make_config, repeat_step, uid
 
-from detector.service.process import ADMIN_TOKEN_ENV, resolve_admin_token, running_service
+from detector.service.credentials import ADMIN_TOKEN_ENV, resolve_admin_token
+from detector.service.process import running_service
 from detector.settings.config import AppConfig
 
 RULES = [

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from support.enforcement import admin_headers, make_config, uid
 
-from detector.service.process import API_TOKEN_ENV, api_token_required, resolve_api_token, running_service
+from detector.service.credentials import API_TOKEN_ENV, api_token_required, resolve_api_token
+from detector.service.process import running_service
 
 READS = [("POST", "/v1/check", {"session_id": "s"}), ("GET", "/v1/decision?session_id=s", None),
          ("GET", "/v1/blocklist", None), ("GET", "/api/budgets/status", None), ("GET", "/metrics", None)]

@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from support.enforcement import make_config
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body, trace_hex
 
-from detector.service.process import OTLP_TOKEN_ENV, running_service
+from detector.service.credentials import OTLP_TOKEN_ENV
+from detector.service.process import running_service
 
 TOKEN = "otlp-token-for-the-agents-0123"
 OTHER = "second-rotated-token-456789"

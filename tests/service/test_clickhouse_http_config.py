@@ -5,12 +5,8 @@ from __future__ import annotations
 import stat
 
 from detector.cli.main import build_parser
-from detector.service.process import (
-    CLICKHOUSE_PASSWORD_ENV,
-    CLICKHOUSE_PASSWORD_FILE,
-    resolve_clickhouse_password,
-    running_service,
-)
+from detector.service.credentials import CLICKHOUSE_PASSWORD_ENV, CLICKHOUSE_PASSWORD_FILE, resolve_clickhouse_password
+from detector.service.process import running_service
 from detector.settings.config import AppConfig, parse_config
 
 

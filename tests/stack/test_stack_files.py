@@ -28,7 +28,7 @@ from support import collector_config
 from detector import native
 from detector.cli.main import build_parser
 from detector.ingest.logs import LOGS_COLUMNS
-from detector.service.process import API_TOKEN_ENV, API_TOKEN_FILE, resolve_api_token
+from detector.service.credentials import API_TOKEN_ENV, API_TOKEN_FILE, resolve_api_token
 from detector.settings.config import AppConfig
 from detector.storage.schema import SQL_DIR_ENV, apply_schema
 from detector.storage.transport import CLICKHOUSE_URL_ENV, ChdbStore
