@@ -8,7 +8,8 @@ import pytest
 from support.clickhouse_server import local_clickhouse_server
 
 from detector.settings.config import AppConfig
-from detector.storage.transport import CLICKHOUSE_URL_ENV
+from detector.storage.schema import apply_schema
+from detector.storage.transport import CLICKHOUSE_URL_ENV, ChdbStore
 
 
 @pytest.fixture()
@@ -18,6 +19,15 @@ def fast_config() -> AppConfig:
     config.detector.interval_seconds = 0.1
     config.detector.checkpoint_seconds = 0
     return config
+
+
+@pytest.fixture()
+def store(tmp_path):
+    """A fresh embedded store with the schema (a module that needs another store defines its own ``store``)."""
+    s = ChdbStore(tmp_path)
+    apply_schema(s)
+    yield s
+    s.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from support.agents import run_agents
 from support.servers import serve_app
+from support.waiting import wait_until
 from support.webhook_receiver import WebhookReceiver
 
 from detector.cli.demo import looping_step
@@ -37,20 +38,10 @@ from detector.service.webhooks import (
 )
 from detector.settings.config import ConfigError, parse_config
 from detector.settings.service_settings import Webhook, WebhookDelivery
-from detector.storage.schema import apply_schema
 from detector.storage.transport import ChdbStore, insert_rows
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 FAST = WebhookDelivery(max_attempts=3, initial_backoff_seconds=0.05, max_backoff_seconds=0.2, timeout_seconds=5)
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def escalation(i: int, to_level: str = "hard_stop", from_level: str = "inject") -> dict:
@@ -58,14 +49,6 @@ def escalation(i: int, to_level: str = "hard_stop", from_level: str = "inject") 
             "session_id": f"s{i}", "trace_id": "t", "span_id": f"span{i}", "virtual_key": "k", "feature": "f",
             "from_level": from_level, "to_level": to_level, "confidence": 0.93, "detector": "confidence",
             "signals": {"tool_call_repetition": 1.0}, "dominant_signal": "tool_call_repetition", "action": "block"}
-
-
-@pytest.fixture()
-def store(tmp_path):
-    s = ChdbStore(tmp_path)
-    apply_schema(s)
-    yield s
-    s.close()
 
 
 def dispatcher_for(store, base, delivery=FAST, secret=SECRET, min_level="inject") -> WebhookDispatcher:

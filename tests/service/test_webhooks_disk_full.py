@@ -8,14 +8,13 @@ from __future__ import annotations
 import base64
 import time
 
-import pytest
 from support.servers import serve_app
+from support.waiting import wait_until
 from support.webhook_receiver import WebhookReceiver
 
 from detector.service.webhooks import WebhookDispatcher
 from detector.settings.service_settings import Webhook, WebhookDelivery
-from detector.storage.schema import apply_schema
-from detector.storage.transport import ChdbStore, insert_rows
+from detector.storage.transport import insert_rows
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 ESCALATION = {"kind": "escalation", "ts": "2026-11-30 12:00:00.000000000", "scope": "session", "scope_id": "s1",
@@ -28,21 +27,6 @@ REFUSE = ("ALTER TABLE otel.loop_webhook_outbox MODIFY SETTING min_free_disk_byt
 NEVER_ENOUGH = 2**62  # more free bytes than any disk has: every insert into the outbox is refused
 # the first attempt fails (503); the retry comes a second later, once the outbox refuses writes
 DELIVERY = WebhookDelivery(max_attempts=5, initial_backoff_seconds=1.0, max_backoff_seconds=1.0, timeout_seconds=5)
-
-
-@pytest.fixture()
-def store(tmp_path):
-    s = ChdbStore(tmp_path)
-    apply_schema(s)
-    yield s
-    s.close()
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_a_delivery_whose_outcome_cannot_be_recorded_is_not_posted_again(store):

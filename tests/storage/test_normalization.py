@@ -8,15 +8,12 @@ import json
 import re
 import time
 
-import pytest
-
 from detector.core.decisions import DecisionBook
 from detector.detection.job import DetectorJob
 from detector.settings.config import AppConfig
 from detector.settings.vocabulary import TOOL_CALL_FINISHES
 from detector.storage.normalization import Normalization, normalize_staged, normalized_calls
-from detector.storage.schema import apply_schema
-from detector.storage.transport import ChdbStore, insert_rows
+from detector.storage.transport import insert_rows
 
 CALLS = 16  # per agent
 MODULES = ("parser", "lexer", "tokens", "grammar", "printer", "errors", "cache", "config", "loader", "plugins",
@@ -26,14 +23,6 @@ FACTS = ("a recursive descent parser", "a table driven lexer", "the token kinds"
          "entry point plugins", "a cron scheduler", "the HTTP client", "the SQLite layer", "Prometheus counters",
          "structured logs", "the argument parser")
 CALL_COUNTS = "SELECT span_id, count() AS n FROM otel.genai_calls GROUP BY span_id ORDER BY span_id"
-
-
-@pytest.fixture()
-def store(tmp_path):
-    s = ChdbStore(tmp_path)
-    apply_schema(s)
-    yield s
-    s.close()
 
 
 def span(trace: str, span_id: str, attrs: dict[str, str], *, offset_s: float = 0.0, name: str = "chat m",

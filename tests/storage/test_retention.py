@@ -16,16 +16,8 @@ from detector.storage.retention import (
     retention_changes,
     ttl_expression,
 )
-from detector.storage.schema import apply_schema, ddl_statements
-from detector.storage.transport import ChdbStore, insert_rows
-
-
-@pytest.fixture()
-def store(tmp_path):
-    s = ChdbStore(tmp_path)
-    apply_schema(s)
-    yield s
-    s.close()
+from detector.storage.schema import ddl_statements
+from detector.storage.transport import insert_rows
 
 
 def ttls(store) -> dict[str, str | None]:
