@@ -113,15 +113,7 @@ class TimedHttpSenders(Senders):
     """OTLP/HTTP senders recording every answer."""
 
     log: _Timed = field(default_factory=_Timed)
-
-    def _run(self, mine: list[Request]) -> None:
-        with httpx.Client(timeout=CLIENT_TIMEOUT_SECONDS) as client:
-            for request in mine:
-                while not request.acked_at and not self._stop.is_set():
-                    if not self._post(client, request):
-                        self._stop.wait(0.05)
-                if self._stop.is_set():
-                    return
+    timeout_seconds: float = CLIENT_TIMEOUT_SECONDS
 
     def _post(self, client: httpx.Client, request: Request) -> bool:
         asked = time.monotonic()
@@ -151,21 +143,20 @@ class TimedGrpcSenders(Senders):
 
     log: _Timed = field(default_factory=_Timed)
     codes: dict[str, int] = field(default_factory=dict)
+    timeout_seconds: float = CLIENT_TIMEOUT_SECONDS
 
-    def _run(self, mine: list[Request]) -> None:
+    @contextmanager
+    def _connected(self) -> Iterator[grpc.UnaryUnaryMultiCallable]:
         with grpc.insecure_channel(self.url()) as channel:
-            export = channel.unary_unary(TRACES_METHOD, request_serializer=None, response_deserializer=None)
-            for request in mine:
-                while not request.acked_at and not self._stop.is_set():
-                    if not self._export(export, request):
-                        self._stop.wait(0.05)
-                if self._stop.is_set():
-                    return
+            yield channel.unary_unary(TRACES_METHOD, request_serializer=None, response_deserializer=None)
+
+    def _send(self, connection: grpc.UnaryUnaryMultiCallable, request: Request) -> bool:
+        return self._export(connection, request)
 
     def _export(self, export: grpc.UnaryUnaryMultiCallable, request: Request) -> bool:
         asked = time.monotonic()
         try:
-            export(request.body, timeout=CLIENT_TIMEOUT_SECONDS)
+            export(request.body, timeout=self.timeout_seconds)
         except grpc.RpcError as error:
             code = error.code()
             trailers = dict(error.trailing_metadata() or ())

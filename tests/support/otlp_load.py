@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ class Senders:
     queue: list[list[Request]] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     errors: int = 0
+    timeout_seconds: float = 60.0  # each request's client timeout
 
     def __post_init__(self) -> None:
         for _ in range(self.threads):
@@ -77,11 +79,21 @@ class Senders:
             return True
         return False
 
+    @contextmanager
+    def _connected(self) -> Iterator[Any]:
+        """One sender's connection (a transport's senders open their own)."""
+        with httpx.Client(timeout=self.timeout_seconds) as client:
+            yield client
+
+    def _send(self, connection: Any, request: Request) -> bool:
+        """Send ``request`` once: whether it was acknowledged (a transport's senders send their own way)."""
+        return self._post(connection, request)
+
     def _run(self, mine: list[Request]) -> None:
-        with httpx.Client(timeout=60) as client:
+        with self._connected() as connection:
             for request in mine:
                 while not request.acked_at and not self._stop.is_set():
-                    if not self._post(client, request):
+                    if not self._send(connection, request):
                         self._stop.wait(0.05)
                 if self._stop.is_set():
                     return
