@@ -21,14 +21,12 @@ import time
 import httpx
 import pytest
 from support.enforcement import make_config
+from support.full_table import refuse_inserts
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body
 
 from detector.service.process import running_service
 from detector.storage.transport import StoreError
 
-REFUSE_SCORES = "ALTER TABLE otel.loop_scores MODIFY SETTING min_free_disk_bytes_to_perform_insert = {n:UInt64}"
-REFUSE_META = "ALTER TABLE otel.loop_meta MODIFY SETTING min_free_disk_bytes_to_perform_insert = {n:UInt64}"
-NEVER_ENOUGH = 2**62  # more free bytes than any disk has: every insert into the table is refused
 SPANS = 12
 SCORES_OF = "SELECT count() AS n, uniqExact(scope, span_id) AS u FROM otel.loop_scores WHERE session_id = {c:String}"
 META = "SELECT value FROM otel.loop_meta FINAL WHERE key = 'watermark:0/1'"
@@ -45,14 +43,14 @@ def test_the_decisions_are_served_before_the_scores_are_stored(tmp_path):
             assert post_body(client, encode(chat_spans(SPANS, conversation, tool_every=4))).status_code == 200
         time.sleep(0.01)
         watermark = job.watermark_us
-        store.command(REFUSE_SCORES, {"n": NEVER_ENOUGH})
+        refuse_inserts(store, "otel.loop_scores")
         with pytest.raises(StoreError, match="Code: 243"):
             job.run_cycle()
         served = job.book.get("session", conversation)
         assert served is not None  # served: the scores are not stored yet
         assert job.watermark_us == watermark
         assert store.rows(SCORES_OF, {"c": conversation})[0]["n"] == 0
-        store.command(REFUSE_SCORES, {"n": 0})  # space is back
+        refuse_inserts(store, "otel.loop_scores", refused=False)  # space is back
         job.run_cycle()
         assert job.watermark_us > watermark
         scores = store.rows(SCORES_OF, {"c": conversation})[0]
@@ -78,7 +76,7 @@ def test_the_watermark_shown_moves_before_the_row_only_a_restart_reads(tmp_path)
         def refuse_meta_after_scores(table, data, settings=None):  # the real insert, then the real refusal
             insert_arrow(table, data, settings)
             if table == "otel.loop_scores":
-                store.command(REFUSE_META, {"n": NEVER_ENOUGH})
+                refuse_inserts(store, "otel.loop_meta")
 
         store.insert_arrow = refuse_meta_after_scores
         try:
@@ -91,7 +89,7 @@ def test_the_watermark_shown_moves_before_the_row_only_a_restart_reads(tmp_path)
         scores = store.rows(SCORES_OF, {"c": conversation})[0]
         assert scores["n"] == scores["u"] > 0
         assert int(store.rows(META)[0]["value"]) < job.watermark_us  # the restart's row: not written yet
-        store.command(REFUSE_META, {"n": 0})  # space is back
+        refuse_inserts(store, "otel.loop_meta", refused=False)  # space is back
         shown = job.watermark_us
         job.run_cycle()
         assert int(store.rows(META)[0]["value"]) >= shown

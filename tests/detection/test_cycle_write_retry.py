@@ -13,13 +13,12 @@ import time
 import httpx
 import pytest
 from support.enforcement import make_config
+from support.full_table import refuse_inserts
 from support.otlp_senders import chat_spans, encode, new_conversation, post_body
 
 from detector.service.process import running_service
 from detector.storage.transport import StoreError
 
-REFUSE = "ALTER TABLE otel.loop_scores MODIFY SETTING min_free_disk_bytes_to_perform_insert = {n:UInt64}"
-NEVER_ENOUGH = 2**62  # more free bytes than any disk has: every insert into the table is refused
 SPANS = 24
 SCORES_OF = ("SELECT countIf(scope = 'session') AS s, countIf(scope = 'trace') AS t, "
              "uniqExact(scope, span_id) AS u FROM otel.loop_scores WHERE session_id = {c:String}")
@@ -38,13 +37,13 @@ def test_a_cycle_that_cannot_write_its_scores_writes_them_later_once(tmp_path):
             assert post_body(client, encode(spans)).status_code == 200
         time.sleep(0.01)
         watermark = job.watermark_us
-        store.command(REFUSE, {"n": NEVER_ENOUGH})
+        refuse_inserts(store, "otel.loop_scores")
         with pytest.raises(StoreError, match="Code: 243"):
             job.run_cycle()
         with pytest.raises(StoreError, match="Code: 243"):  # still full: the cycle waits, the watermark stays
             job.run_cycle()
         assert job.watermark_us == watermark
-        store.command(REFUSE, {"n": 0})  # space is back
+        refuse_inserts(store, "otel.loop_scores", refused=False)  # space is back
         job.run_cycle()
         assert job.watermark_us > watermark
         scores = store.rows(SCORES_OF, {"c": conversation})[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import time
 
+from support.full_table import refuse_inserts
 from support.servers import serve_app
 from support.waiting import wait_until
 from support.webhook_receiver import WebhookReceiver
@@ -22,9 +23,6 @@ ESCALATION = {"kind": "escalation", "ts": "2026-11-30 12:00:00.000000000", "scop
               "from_level": "inject", "to_level": "hard_stop", "confidence": 0.93, "detector": "confidence",
               "signals": {"tool_call_repetition": 1.0}, "dominant_signal": "tool_call_repetition", "action": "block"}
 
-REFUSE = ("ALTER TABLE otel.loop_webhook_outbox MODIFY SETTING min_free_disk_bytes_to_perform_insert = "
-          "{n:UInt64}")
-NEVER_ENOUGH = 2**62  # more free bytes than any disk has: every insert into the outbox is refused
 # the first attempt fails (503); the retry comes a second later, once the outbox refuses writes
 DELIVERY = WebhookDelivery(max_attempts=5, initial_backoff_seconds=1.0, max_backoff_seconds=1.0, timeout_seconds=5)
 
@@ -38,13 +36,13 @@ def test_a_delivery_whose_outcome_cannot_be_recorded_is_not_posted_again(store):
             insert_rows(store, "otel.loop_events", [ESCALATION])
             dispatcher.notify()
             wait_until(lambda: receiver.all(), what="the first attempt")
-            store.command(REFUSE, {"n": NEVER_ENOUGH})  # the disk is full from here
+            refuse_inserts(store, "otel.loop_webhook_outbox")  # the disk is full from here
             wait_until(lambda: receiver.accepted(), what="the delivery")
             time.sleep(1.0)  # twenty rounds of the worker
             assert len(receiver.accepted()) == 1
             row = store.rows("SELECT status FROM otel.loop_webhook_outbox FINAL")[0]
             assert row["status"] == "pending"  # not recorded yet
-            store.command(REFUSE, {"n": 0})  # space is back
+            refuse_inserts(store, "otel.loop_webhook_outbox", refused=False)  # space is back
             wait_until(lambda: store.rows("SELECT status FROM otel.loop_webhook_outbox FINAL")[0]["status"]
                        == "delivered", what="the outcome recorded")
         finally:
