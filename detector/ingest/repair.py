@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from detector.ingest.requests import DecodedRequest
 from detector.ingest.store_errors import StoreDown, is_data_error, safe_error
+from detector.storage.normalization import CALLS_TABLE, STAGING_TABLE
 from detector.storage.transport import Store, StoreError
 
 __all__ = ["CLOCK_MARGIN_SECONDS", "MAX_PROBES", "Repair", "TRACES_TABLE"]
@@ -78,24 +79,18 @@ SELECT TraceId AS t, SpanId AS s, toUnixTimestamp64Nano(Timestamp) AS ts, Durati
        cityHash64(SpanAttributes) AS h FROM {STAGE}
 """
 _IDENTITY: Final = "{rows:Array(Tuple(String, String, Int64, UInt64, UInt64))}"
-SELECT_IDENTICAL_SPANS: Final = f"""
-SELECT count() AS n FROM {TRACES_TABLE} WHERE TraceId IN {{traces:Array(String)}}
-  AND (TraceId, SpanId, toUnixTimestamp64Nano(Timestamp), Duration, cityHash64(SpanAttributes)) IN {_IDENTITY}
-"""
-DELETE_IDENTICAL_SPANS: Final = f"""
-DELETE FROM {TRACES_TABLE} WHERE TraceId IN {{traces:Array(String)}}
-  AND (TraceId, SpanId, toUnixTimestamp64Nano(Timestamp), Duration, cityHash64(SpanAttributes)) IN {_IDENTITY}
-"""
-_STAGED_SINCE: Final = ("FROM otel.genai_spans WHERE inserted_at >= fromUnixTimestamp64Nano({since:Int64}) "
-                        "AND (trace_id, span_id) IN {keys:Array(Tuple(String, String))}")
-SELECT_STAGED_SINCE: Final = f"SELECT count() AS n {_STAGED_SINCE}"
-DELETE_STAGED_SINCE: Final = f"DELETE {_STAGED_SINCE}"
+# Rows to roll back: a condition, counted first (a DELETE with nothing to delete still costs a mutation) and then
+# deleted (Store.delete, applied before it returns).
+IDENTICAL_SPANS: Final = ("TraceId IN {traces:Array(String)} AND (TraceId, SpanId, toUnixTimestamp64Nano(Timestamp), "
+                          f"Duration, cityHash64(SpanAttributes)) IN {_IDENTITY}")
+SELECT_IDENTICAL_SPANS: Final = f"SELECT count() AS n FROM {TRACES_TABLE} WHERE {IDENTICAL_SPANS}"
+STAGED_SINCE: Final = ("inserted_at >= fromUnixTimestamp64Nano({since:Int64}) "
+                       "AND (trace_id, span_id) IN {keys:Array(Tuple(String, String))}")
+SELECT_STAGED_SINCE: Final = f"SELECT count() AS n FROM {STAGING_TABLE} WHERE {STAGED_SINCE}"
 # A refused span's calls: only a detection cycle that normalized a failed insert's leftovers before they were rolled
 # back (another process's, on a server) can have written them.
-_CALLS_OF: Final = ("FROM otel.genai_calls WHERE trace_id IN {traces:Array(String)} "
-                    "AND (trace_id, span_id) IN {keys:Array(Tuple(String, String))}")
-SELECT_CALLS_OF: Final = f"SELECT count() AS n {_CALLS_OF}"
-DELETE_CALLS_OF: Final = f"DELETE {_CALLS_OF}"
+CALLS_OF: Final = "trace_id IN {traces:Array(String)} AND (trace_id, span_id) IN {keys:Array(Tuple(String, String))}"
+SELECT_CALLS_OF: Final = f"SELECT count() AS n FROM {CALLS_TABLE} WHERE {CALLS_OF}"
 
 Key = tuple[str, str]
 
@@ -212,7 +207,7 @@ class Repair:
         keys = sorted(set(_keys(rows)))
         params = {"since": since_ns, "keys": keys}
         if self.store.rows(SELECT_STAGED_SINCE, params)[0]["n"]:
-            self.store.command(DELETE_STAGED_SINCE, params)
+            self.store.delete(STAGING_TABLE, STAGED_SINCE, params)
 
     def _delete_identical(self, rows: pa.Table) -> None:
         """Delete the rows of otel_traces identical to ``rows`` (ids, times, attributes). A row that cannot even be
@@ -240,12 +235,12 @@ class Repair:
             return
         params = {"traces": sorted({t for t, *_ in identity}), "rows": identity}
         if self.store.rows(SELECT_IDENTICAL_SPANS, params)[0]["n"]:
-            self.store.command(DELETE_IDENTICAL_SPANS, params)
+            self.store.delete(TRACES_TABLE, IDENTICAL_SPANS, params)
 
     def _delete_calls(self, keys: list[Key]) -> None:
         params = {"traces": sorted({t for t, _ in keys}), "keys": keys}
         if self.store.rows(SELECT_CALLS_OF, params)[0]["n"]:
-            self.store.command(DELETE_CALLS_OF, params)
+            self.store.delete(CALLS_TABLE, CALLS_OF, params)
 
     def _stage(self, rows: pa.Table) -> None:
         self.store.command(CREATE_STAGE)

@@ -61,7 +61,6 @@ class StoreError(RuntimeError):
 # (ClickHouse code 341, UNFINISHED: retryable) and the mutation is applied once space comes back.
 MUTATION_WAIT_SECONDS = 5.0
 _MUTATION_POLL_SECONDS = 0.005
-_DELETE = re.compile(r"^\s*DELETE\s+FROM\s+(?:`?(\w+)`?\.)?`?(\w+)`?\s", re.IGNORECASE)
 _ASYNC_DELETES = "lightweight_deletes_sync"
 SELECT_UNFINISHED_MUTATIONS = """
 SELECT count() AS n, max(latest_fail_reason) AS reason FROM system.mutations
@@ -91,6 +90,11 @@ class Store(Protocol):
     """What the rest of the code needs from ClickHouse."""
 
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None: ...
+
+    def delete(self, table: str, where: str, params: Mapping[str, Any] | None = None) -> None:
+        """``DELETE FROM table WHERE where``, applied before it returns (``table``: ``database.name``, one of ours;
+        ``where`` a condition of ours, its values in ``params``)."""
+        ...
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
 
@@ -226,11 +230,15 @@ class ChdbStore:
         return result.bytes()
 
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        deleting = _DELETE.match(sql)
         with self._lock:
             self._query(sql, "CSV", params)
-            if deleting:  # applied before the store is let go, as a synchronous DELETE was (but not forever)
-                self._wait_mutations(deleting.group(1) or "default", deleting.group(2))
+
+    def delete(self, table: str, where: str, params: Mapping[str, Any] | None = None) -> None:
+        database, _, name = table.rpartition(".")
+        with self._lock:
+            self._query(f"DELETE FROM {table} WHERE {where}", "CSV", params)
+            # applied before the store is let go, as a synchronous DELETE was (but not forever)
+            self._wait_mutations(database or "default", name)
 
     def _wait_mutations(self, database: str, table: str) -> None:
         deadline = time.monotonic() + self.mutation_wait_seconds
@@ -351,6 +359,9 @@ class ServerStore:
     def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         with self._statement():
             self._client.command(sql, parameters=dict(params) if params else None)
+
+    def delete(self, table: str, where: str, params: Mapping[str, Any] | None = None) -> None:
+        self.command(f"DELETE FROM {table} WHERE {where}", params)  # (a server applies it before answering)
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         with self._statement():

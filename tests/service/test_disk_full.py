@@ -138,12 +138,12 @@ DELETE_ON_A_FULL_DISK = textwrap.dedent("""
             pass
     started = time.monotonic()
     try:
-        store.command("DELETE FROM default.t WHERE a < 10")
+        store.delete("default.t", "a < 10")
         print("deleted")
     except StoreError as exc:
         print("refused", str(exc).split(".")[0], round(time.monotonic() - started, 1))
     (mount / "filler").unlink()
-    store.command("DELETE FROM default.t WHERE a < 10")  # space is back: the DELETE (and the earlier one) applies
+    store.delete("default.t", "a < 10")  # space is back: the DELETE (and the earlier one) applies
     print("rows", store.rows("SELECT count() AS n FROM t")[0]["n"])
 """)
 
